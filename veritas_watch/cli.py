@@ -1,0 +1,198 @@
+"""`veritas-watch` command line: run / backfill / search / status / export."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from veritas_watch import log as logsetup
+from veritas_watch.config import Config, ConfigError, load_config
+
+EXIT_CONFIG = 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="veritas-watch", description=__doc__)
+    parser.add_argument("--config", help="TOML config file (default: $VERITAS_WATCH_CONFIG, else built-in defaults)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("run", help="run the daemon in the foreground (what systemd starts)")
+    sub.add_parser("backfill", help="one pass over all history, including archives, then exit")
+    search = sub.add_parser("search", help="search an agent's memory")
+    search.add_argument("query")
+    search.add_argument("--agent", required=True, help="agent id")
+    search.add_argument("--limit", type=int, default=10)
+    search.add_argument("--mode", choices=("hybrid", "dense", "sparse"), default="hybrid")
+    search.add_argument("--json", action="store_true", help="print a JSON list")
+    status = sub.add_parser("status", help="what is watched, stored and still to read")
+    status.add_argument("--json", action="store_true")
+    export = sub.add_parser("export", help="every stored point as one JSON line (id and payload)")
+    export.add_argument("--agent", help="only this agent's points")
+    return parser
+
+
+# -- talking to a running daemon -----------------------------------------------------------------
+
+def daemon_file(config: Config) -> Path:
+    return config.data_dir / "daemon.json"
+
+
+def running_daemon(config: Config) -> str | None:
+    """The base URL of a live daemon for this data dir, or None."""
+    try:
+        info = json.loads(daemon_file(config).read_text())
+        os.kill(int(info["pid"]), 0)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    base = f"http://{info['host']}:{info['port']}"
+    try:
+        with urllib.request.urlopen(base + "/health", timeout=2):
+            return base
+    except (OSError, urllib.error.URLError):
+        return None
+
+
+def _request(config: Config, url: str, body: dict[str, Any] | None = None) -> Any:
+    headers = {"Content-Type": "application/json"}
+    if config.http.token:
+        headers["Authorization"] = f"Bearer {config.http.token}"
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, headers=headers, method="POST" if data else "GET")
+    return urllib.request.urlopen(request, timeout=60)
+
+
+# -- commands -------------------------------------------------------------------------------------
+
+def cmd_run(config: Config, once: bool) -> int:
+    from veritas_watch.daemon import Daemon
+
+    return asyncio.run(Daemon(config, once=once).run())
+
+
+def _open_offline(config: Config) -> tuple[Any, Any]:
+    """Open the store and the model directly (no daemon holds them)."""
+    from veritas_watch.sinks.embed import load_embedder
+    from veritas_watch.sinks.factory import open_store
+    from veritas_watch.sinks.store import SCHEMA_VERSION, StoreMeta
+
+    emb = config.embedding
+    embedder = load_embedder(emb.backend, model=emb.model or None,
+                             path=Path(emb.path).expanduser() if emb.path else None,
+                             cache_dir=config.data_dir / "models", threads=emb.threads or None)
+    meta = StoreMeta(SCHEMA_VERSION, embedder.name, embedder.dim)
+
+    def no_migration(rows: Any) -> Any:
+        raise RuntimeError("the store needs a migration: start the daemon once to migrate it")
+
+    store = open_store(config.store.url, config.store.api_key, config.store.collection, config.store.timeout,
+                       config.data_dir, meta, no_migration)
+    return store, embedder
+
+
+def cmd_search(config: Config, args: argparse.Namespace) -> int:
+    base = running_daemon(config)
+    if base is not None:
+        with _request(config, base + "/search", {"agent_id": args.agent, "query": args.query,
+                                                  "limit": args.limit, "mode": args.mode}) as response:
+            results = json.loads(response.read())
+    else:
+        from veritas_watch.query import search_memory
+
+        store, embedder = _open_offline(config)
+        try:
+            results = search_memory(store, embedder, args.agent, args.query, args.limit, args.mode)
+        finally:
+            store.close()
+    if args.json:
+        print(json.dumps(results, ensure_ascii=False))
+    else:
+        for r in results:
+            print(f"{r['score']:.3f}  [{r['role']}] {r['timestamp']}  {r['source']}\n    {r['text']}")
+    return 0
+
+
+def cmd_status(config: Config, args: argparse.Namespace) -> int:
+    base = running_daemon(config)
+    if base is not None:
+        with _request(config, base + "/status") as response:
+            status = json.loads(response.read())
+    else:
+        from veritas_watch.sources.cursors import CursorStore
+        from veritas_watch.status import offline_status
+
+        path = config.data_dir / "cursors.sqlite"
+        cursors = list(CursorStore(path).load_files().values()) if path.exists() else []
+        store = None
+        if (config.data_dir / "store").exists() or config.store.url:
+            store, _ = _open_offline(config)
+        try:
+            status = offline_status(cursors, store)
+        finally:
+            if store is not None:
+                store.close()
+    if args.json:
+        print(json.dumps(status, ensure_ascii=False, indent=2))
+    else:
+        print(f"daemon: {'running' if status.get('running') else 'not running'}"
+              f"  backlog: {status.get('backlog_bytes', 0)} bytes")
+        for agent_id, agent in sorted(status.get("agents", {}).items()):
+            print(f"  {agent_id}: files={agent['files']} sessions={agent['sessions']} "
+                  f"entries={agent['entries_stored']} lag={agent['lag_bytes']}B last={agent['last_entry_at']}")
+    return 0
+
+
+def _export_lines(config: Config, agent: str | None) -> Iterator[str]:
+    base = running_daemon(config)
+    if base is not None:
+        query = f"?agent={urllib.request.quote(agent)}" if agent else ""
+        with _request(config, base + "/export" + query) as response:
+            for raw in response:
+                if raw.strip():
+                    yield raw.decode().rstrip("\n")
+        return
+    store, _ = _open_offline(config)
+    try:
+        for point_id, payload, _ in store.scroll(agent_id=agent):
+            yield json.dumps({"id": point_id, "payload": payload}, ensure_ascii=False)
+    finally:
+        store.close()
+
+
+def cmd_export(config: Config, args: argparse.Namespace) -> int:
+    for line in _export_lines(config, args.agent):
+        sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"veritas-watch: config error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    # Commands other than the daemon keep stdout for their output: logs go to stderr, warnings only.
+    daemon_like = args.command in ("run", "backfill")
+    logsetup.configure_logging(config.log.level if daemon_like else "warning", config.log.format,
+                               stream=sys.stdout if daemon_like else sys.stderr)
+    try:
+        if args.command in ("run", "backfill"):
+            return cmd_run(config, once=args.command == "backfill")
+        handlers = {"search": cmd_search, "status": cmd_status, "export": cmd_export}
+        return handlers[args.command](config, args)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

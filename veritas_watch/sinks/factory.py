@@ -1,0 +1,105 @@
+"""Open the configured store, migrating data written with an older schema or another embedder."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import structlog
+
+from veritas_watch.sinks.store import Store, StoredPoint, StoreError, StoreMeta, meta_path
+
+log = structlog.get_logger()
+
+# Re-embeds stored payloads (their `data` text) into points for the new layout.
+Reembed = Callable[[Sequence[tuple[str, dict[str, object]]]], list[StoredPoint]]
+
+
+def open_store(url: str, api_key: str, collection: str, timeout: float, data_dir: Path,
+               meta: StoreMeta, reembed: Reembed) -> Store:
+    if url:
+        return _open_server(url, api_key, collection, timeout, meta, reembed)
+    return _open_edge(data_dir / "store", meta, reembed)
+
+
+def _open_edge(path: Path, meta: StoreMeta, reembed: Reembed) -> Store:
+    from veritas_watch.sinks.edge import EdgeStore
+
+    stored = _read_meta(path)
+    if stored is not None and stored != meta:
+        legacy = path.with_name(f"store.migrating-{int(time.time())}")
+        path.rename(legacy)
+        log.warning("store_migration_started", old=stored.to_json(), new=meta.to_json())
+        old = EdgeStore(legacy, stored)
+        new = EdgeStore(path, meta)
+        moved = _copy(old, new, reembed)
+        old.close()
+        shutil.rmtree(legacy, ignore_errors=True)
+        new.flush()
+        meta_path(path).write_text(meta.to_json())
+        log.warning("store_migration_finished", points=moved)
+        return new
+    path.mkdir(parents=True, exist_ok=True)
+    store = EdgeStore(path, meta)
+    if stored is None:
+        meta_path(path).write_text(meta.to_json())
+    return store
+
+
+def _open_server(url: str, api_key: str, collection: str, timeout: float, meta: StoreMeta,
+                 reembed: Reembed) -> Store:
+    from qdrant_client import QdrantClient
+
+    from veritas_watch.sinks.server import ServerStore
+
+    try:
+        client = QdrantClient(url=url, api_key=api_key or None, timeout=int(timeout))
+    except Exception as exc:
+        raise StoreError(f"cannot connect to {url}: {exc}") from exc
+    store = ServerStore(client, collection, meta)
+    if store.meta == meta:
+        return store
+    # Keep the collection's name stable: re-embed into a temporary collection, then recreate.
+    temp = f"{collection}__migrating"
+    log.warning("store_migration_started", old=store.meta.to_json(), new=meta.to_json())
+    if client.collection_exists(temp):
+        client.delete_collection(temp)
+    staged = ServerStore(client, temp, meta)
+    moved = _copy(store, staged, reembed)
+    client.delete_collection(collection)
+    fresh = ServerStore(client, collection, meta)
+    _copy(staged, fresh, None)
+    client.delete_collection(temp)
+    log.warning("store_migration_finished", points=moved)
+    return fresh
+
+
+def _copy(old: Store, new: Store, reembed: Reembed | None, page: int = 256) -> int:
+    """Copy every point; re-embedding their text, or (reembed=None) with their stored vectors."""
+    rows: list[tuple[str, dict[str, object]]] = []
+    points: list[StoredPoint] = []
+    moved = 0
+    for point_id, payload, point in old.scroll(page=page, with_vectors=reembed is None):
+        if point is not None:
+            points.append(point)
+        else:
+            rows.append((point_id, payload))
+        if len(rows) + len(points) >= page:
+            new.upsert(points + (reembed(rows) if reembed and rows else []))
+            moved += len(rows) + len(points)
+            rows, points = [], []
+    if rows or points:
+        new.upsert(points + (reembed(rows) if reembed and rows else []))
+        moved += len(rows) + len(points)
+    return moved
+
+
+def _read_meta(path: Path) -> StoreMeta | None:
+    try:
+        return StoreMeta.from_json(meta_path(path).read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError) as exc:
+        raise StoreError(f"store metadata {meta_path(path)} unreadable: {exc}") from exc

@@ -1,0 +1,176 @@
+"""Server store: a Qdrant server or cluster through qdrant-client (`store.url`).
+
+qdrant-client's local mode (`path=`) speaks the same API; the tests use it as the stand-in server.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from qdrant_client import QdrantClient, models
+
+from veritas_watch.sinks.store import (
+    DENSE,
+    FLOAT_FIELDS,
+    INTEGER_FIELDS,
+    KEYWORD_FIELDS,
+    SPARSE,
+    Hit,
+    SearchQuery,
+    SparseVector,
+    StoredPoint,
+    StoreError,
+    StoreMeta,
+    filter_conditions,
+)
+
+
+def _filter(query: SearchQuery) -> models.Filter | None:
+    must: list[Any] = []
+    for name, kind, value in filter_conditions(query):
+        if kind == "eq":
+            must.append(models.FieldCondition(key=name, match=models.MatchValue(value=value)))  # type: ignore[arg-type]
+        elif kind == "any":
+            must.append(models.FieldCondition(key=name, match=models.MatchAny(any=value)))  # type: ignore[arg-type]
+        else:
+            gte, lte = value  # type: ignore[misc]
+            must.append(models.FieldCondition(key=name, range=models.Range(gte=gte, lte=lte)))
+    return models.Filter(must=must) if must else None
+
+
+class ServerStore:
+    def __init__(self, client: QdrantClient, collection: str, meta: StoreMeta) -> None:
+        self._client = client
+        self._collection = collection
+        try:
+            if client.collection_exists(collection):
+                stored = client.get_collection(collection).config.metadata or {}
+                self.meta = StoreMeta.from_json(json.dumps(stored)) if "schema" in stored else meta
+            else:
+                self.meta = meta
+                self._create(meta)
+        except StoreError:
+            raise
+        except Exception as exc:
+            raise StoreError(f"cannot open collection {collection}: {exc}") from exc
+
+    def _create(self, meta: StoreMeta) -> None:
+        self._client.create_collection(
+            self._collection,
+            vectors_config={DENSE: models.VectorParams(size=meta.dim, distance=models.Distance.COSINE)},
+            sparse_vectors_config={SPARSE: models.SparseVectorParams(modifier=models.Modifier.IDF)},
+            metadata={"schema": meta.schema, "embedder": meta.embedder, "dim": meta.dim, **meta.extra},
+        )
+        for name in KEYWORD_FIELDS:
+            schema = models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD, is_tenant=name == "agent_id")
+            self._client.create_payload_index(self._collection, name, schema)
+        for name in FLOAT_FIELDS:
+            self._client.create_payload_index(self._collection, name, models.PayloadSchemaType.FLOAT)
+        for name in INTEGER_FIELDS:
+            self._client.create_payload_index(self._collection, name, models.PayloadSchemaType.INTEGER)
+
+    def upsert(self, points: Sequence[StoredPoint]) -> None:
+        if not points:
+            return
+        structs = [
+            models.PointStruct(
+                id=p.id,
+                vector={
+                    DENSE: list(p.dense),
+                    SPARSE: models.SparseVector(indices=list(p.sparse.indices), values=list(p.sparse.values)),
+                },
+                payload=p.payload,
+            )
+            for p in points
+        ]
+        try:
+            self._client.upsert(self._collection, structs, wait=True)
+        except Exception as exc:
+            raise StoreError(f"upsert failed: {exc}") from exc
+
+    def delete(self, ids: Sequence[str]) -> None:
+        if ids:
+            try:
+                self._client.delete(self._collection, models.PointIdsList(points=list(ids)), wait=True)
+            except Exception as exc:
+                raise StoreError(f"delete failed: {exc}") from exc
+
+    def search(self, query: SearchQuery) -> list[Hit]:
+        flt = _filter(query)
+        sparse = (
+            models.SparseVector(indices=list(query.sparse.indices), values=list(query.sparse.values))
+            if query.sparse is not None and query.sparse.indices
+            else None
+        )
+        dense = list(query.dense) if query.dense is not None else None
+        try:
+            if query.mode == "hybrid" and dense is not None and sparse is not None:
+                response = self._client.query_points(
+                    self._collection,
+                    prefetch=[
+                        models.Prefetch(query=dense, using=DENSE, limit=query.prefetch, filter=flt),
+                        models.Prefetch(query=sparse, using=SPARSE, limit=query.prefetch, filter=flt),
+                    ],
+                    query=models.RrfQuery(rrf=models.Rrf(k=query.rrf_k)),
+                    query_filter=flt,
+                    limit=query.limit,
+                    with_payload=True,
+                )
+            else:
+                use_sparse = (query.mode == "sparse" and sparse is not None) or dense is None
+                vector: Any = sparse if use_sparse else dense
+                if vector is None:
+                    return []
+                response = self._client.query_points(
+                    self._collection, query=vector, using=SPARSE if use_sparse else DENSE,
+                    query_filter=flt, limit=query.limit, with_payload=True,
+                )
+        except Exception as exc:
+            raise StoreError(f"query failed: {exc}") from exc
+        return [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in response.points]
+
+    def scroll(self, agent_id: str | None = None, with_vectors: bool = False,
+               page: int = 256) -> Iterator[tuple[str, dict[str, object], StoredPoint | None]]:
+        flt = _filter(SearchQuery(agent_id=agent_id, limit=page))
+        offset: Any = None
+        while True:
+            records, offset = self._client.scroll(
+                self._collection, scroll_filter=flt, limit=page, offset=offset,
+                with_payload=True, with_vectors=with_vectors,
+            )
+            for r in records:
+                payload = dict(r.payload or {})
+                point = None
+                if with_vectors and isinstance(r.vector, dict):
+                    sparse = r.vector.get(SPARSE)
+                    dense = r.vector.get(DENSE)
+                    point = StoredPoint(
+                        str(r.id),
+                        list(dense) if isinstance(dense, list) else [],  # type: ignore[arg-type]
+                        SparseVector(tuple(sparse.indices), tuple(sparse.values))
+                        if isinstance(sparse, models.SparseVector) else SparseVector((), ()),
+                        payload,
+                    )
+                yield str(r.id), payload, point
+            if offset is None:
+                return
+
+    def retrieve(self, ids: Sequence[str]) -> list[Hit]:
+        records = self._client.retrieve(self._collection, [str(uuid.UUID(i)) for i in ids], with_payload=True)
+        return [Hit(str(r.id), 0.0, dict(r.payload or {})) for r in records]
+
+    def count(self, agent_id: str | None = None) -> int:
+        flt = _filter(SearchQuery(agent_id, 1))
+        return int(self._client.count(self._collection, count_filter=flt, exact=True).count)
+
+    def flush(self) -> None:
+        """The server persists on acknowledgement (`wait=True`)."""
+
+    def optimize(self) -> None:
+        """The server optimizes by itself."""
+
+    def close(self) -> None:
+        self._client.close()

@@ -1,0 +1,134 @@
+"""The store protocol: the one interface the pipeline, search and export see.
+
+Two backends sit behind it: `edge.py` (embedded Qdrant Edge, the default) and `server.py`
+(qdrant-client against a Qdrant server or cluster). Only those two modules import qdrant.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Protocol
+
+# Bump when the collection layout changes; `open_store` migrates older data instead of failing.
+SCHEMA_VERSION = 1
+DENSE = "dense"
+SPARSE = "sparse"
+# Payload fields with an index: tenant isolation and the filters search offers.
+KEYWORD_FIELDS = ("agent_id", "session_id", "role", "type", "entry_id")
+FLOAT_FIELDS = ("ts",)
+INTEGER_FIELDS = ("position",)
+
+SearchMode = Literal["dense", "sparse", "hybrid"]
+
+
+class StoreError(RuntimeError):
+    """The store did not acknowledge an operation (down, disk full, locked, ...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SparseVector:
+    indices: tuple[int, ...]
+    values: tuple[float, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StoredPoint:
+    id: str
+    dense: Sequence[float]
+    sparse: SparseVector
+    payload: dict[str, object]
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    id: str
+    score: float
+    payload: dict[str, object]
+
+
+@dataclass(frozen=True, slots=True)
+class SearchQuery:
+    """A filtered query. `agent_id=None` means "all agents" and is only built when allowed."""
+
+    agent_id: str | None
+    limit: int
+    mode: SearchMode = "hybrid"
+    dense: Sequence[float] | None = None
+    sparse: SparseVector | None = None
+    roles: tuple[str, ...] = ()
+    since: float | None = None  # epoch seconds, inclusive
+    until: float | None = None
+    prefetch: int = 50  # candidates per side before fusion
+    rrf_k: int = 60
+    session_id: str | None = None
+    positions: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class StoreMeta:
+    """What the stored vectors were made with; a mismatch means migrate."""
+
+    schema: int
+    embedder: str
+    dim: int
+    extra: dict[str, object] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps({"schema": self.schema, "embedder": self.embedder, "dim": self.dim, **self.extra})
+
+    @classmethod
+    def from_json(cls, text: str) -> StoreMeta:
+        raw = json.loads(text)
+        return cls(int(raw.pop("schema")), str(raw.pop("embedder")), int(raw.pop("dim")), raw)
+
+
+class Store(Protocol):
+    meta: StoreMeta
+
+    def upsert(self, points: Sequence[StoredPoint]) -> None:
+        """Returns only once the store acknowledged the write; raises StoreError otherwise."""
+
+    def delete(self, ids: Sequence[str]) -> None: ...
+
+    def search(self, query: SearchQuery) -> list[Hit]: ...
+
+    def scroll(self, agent_id: str | None = None, with_vectors: bool = False,
+               page: int = 256) -> Iterator[tuple[str, dict[str, object], StoredPoint | None]]:
+        """Every point (optionally of one agent), in pages, as (id, payload, point-with-vectors)."""
+
+    def retrieve(self, ids: Sequence[str]) -> list[Hit]: ...
+
+    def count(self, agent_id: str | None = None) -> int: ...
+
+    def flush(self) -> None: ...
+
+    def optimize(self) -> None:
+        """Build indexes; slow, call it off the hot path."""
+
+    def close(self) -> None: ...
+
+
+def meta_path(store_dir: Path) -> Path:
+    return store_dir / "veritas-meta.json"
+
+
+def filter_conditions(query: SearchQuery) -> list[tuple[str, str, object]]:
+    """The query's filter as plain (field, kind, value) triples; each backend maps them to its types.
+
+    kind is "eq" (one value), "any" (a list) or "range" (a (gte, lte) pair).
+    """
+    conditions: list[tuple[str, str, object]] = []
+    if query.agent_id is not None:
+        conditions.append(("agent_id", "eq", query.agent_id))
+    if query.session_id is not None:
+        conditions.append(("session_id", "eq", query.session_id))
+    if query.roles:
+        conditions.append(("role", "any", list(query.roles)))
+    if query.positions:
+        conditions.append(("position", "any", list(query.positions)))
+    if query.since is not None or query.until is not None:
+        conditions.append(("ts", "range", (query.since, query.until)))
+    return conditions

@@ -1,0 +1,131 @@
+"""Durable cursors: where each source has been read up to, committed only after the store acked.
+
+One SQLite file in the data dir (WAL, synchronous=FULL), so a commit is atomic and survives a
+crash at any point. A corrupt file is moved aside and reading restarts from 0, which is safe
+because point ids are deterministic (a replay overwrites the same points).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import structlog
+
+log = structlog.get_logger()
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS file_cursors (key TEXT PRIMARY KEY, state TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS db_cursors (db TEXT NOT NULL, session_id TEXT NOT NULL, state TEXT NOT NULL,
+                                           PRIMARY KEY (db, session_id));
+"""
+
+
+@dataclass
+class FileCursor:
+    """A JSONL transcript's committed position and what we learned reading up to it."""
+
+    key: str  # "<dev>:<inode>"
+    path: str
+    agent_id: str
+    offset: int = 0  # bytes consumed (always at a line boundary)
+    line: int = 0  # lines consumed
+    head_len: int = 0  # bytes covered by head_hash
+    head_hash: str = ""  # fingerprint of the first bytes: tells a reused inode from the same file
+    tail_hash: str = ""  # hash of the bytes just before `offset`: tells a rewrite from an append
+    session_id: str | None = None  # from the header line
+    session_kind: str = "unknown"  # unknown | conversation | cron
+    last_entry_ts: str | None = None  # newest conversational entry (session end for gap detection)
+    turn: str = "conversation"  # the denoiser's turn kind: a heartbeat turn's reply is not memory
+    ended: bool = False  # renamed to .reset/.deleted and drained
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> FileCursor:
+        return cls(**json.loads(text))
+
+
+class CursorStore:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._db = self._open(path)
+        except sqlite3.DatabaseError as exc:
+            aside = path.with_name(f"{path.name}.corrupt-{int(time.time())}")
+            for suffix in ("", "-wal", "-shm"):
+                src = Path(str(path) + suffix)
+                if src.exists():
+                    src.rename(Path(str(aside) + suffix))
+            log.error("cursor_store_corrupt", path=str(path), moved_to=str(aside), error=str(exc),
+                      policy="re-read every source from 0; point ids are deterministic so nothing duplicates")
+            self._db = self._open(path)
+
+    @staticmethod
+    def _open(path: Path) -> sqlite3.Connection:
+        db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=FULL")
+        db.executescript(_SCHEMA)
+        db.execute("SELECT count(*) FROM file_cursors").fetchone()  # surfaces corruption now, not later
+        return db
+
+    def load_files(self) -> dict[str, FileCursor]:
+        cursors: dict[str, FileCursor] = {}
+        for key, state in self._db.execute("SELECT key, state FROM file_cursors"):
+            try:
+                cursors[key] = FileCursor.from_json(state)
+            except (ValueError, TypeError) as exc:
+                log.error("cursor_corrupt", key=key, error=str(exc), policy="re-read this file from 0")
+        return cursors
+
+    def commit_files(self, cursors: Iterable[FileCursor], removed: Iterable[str] = ()) -> None:
+        """One transaction: all of these cursors move together, or none does."""
+        with self._transaction():
+            self._db.executemany(
+                "INSERT INTO file_cursors (key, state) VALUES (?, ?) "
+                "ON CONFLICT(key) DO UPDATE SET state = excluded.state",
+                [(c.key, c.to_json()) for c in cursors],
+            )
+            self._db.executemany("DELETE FROM file_cursors WHERE key = ?", [(k,) for k in removed])
+
+    def load_sqlite(self, db: str) -> dict[str, dict[str, object]]:
+        rows = self._db.execute("SELECT session_id, state FROM db_cursors WHERE db = ?", (db,))
+        result: dict[str, dict[str, object]] = {}
+        for session_id, state in rows:
+            try:
+                result[session_id] = json.loads(state)
+            except ValueError as exc:
+                log.error("cursor_corrupt", db=db, session_id=session_id, error=str(exc))
+        return result
+
+    def commit_sqlite(self, db: str, states: dict[str, dict[str, object]]) -> None:
+        with self._transaction():
+            self._db.executemany(
+                "INSERT INTO db_cursors (db, session_id, state) VALUES (?, ?, ?) "
+                "ON CONFLICT(db, session_id) DO UPDATE SET state = excluded.state",
+                [(db, sid, json.dumps(state)) for sid, state in states.items()],
+            )
+
+    def _transaction(self) -> _Transaction:
+        return _Transaction(self._db)
+
+    def close(self) -> None:
+        self._db.close()
+
+
+class _Transaction:
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def __enter__(self) -> None:
+        self._db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self._db.execute("ROLLBACK" if exc_type else "COMMIT")

@@ -1,0 +1,746 @@
+"""Read-only, incremental reader of OpenClaw's per-agent SQLite transcript store.
+
+OpenClaw 2026.9+ writes live transcripts to `agents/<id>/agent/openclaw-agent.sqlite`, one row
+per event in `transcript_events(session_id, seq, ...)`. This module turns that table into the
+same `RawRecord`s the JSONL tailer produces, one short read transaction per `poll()`:
+
+- the connection is `mode=ro` + `PRAGMA query_only=ON` with a short busy timeout, autocommit,
+  and every statement is fully stepped, so no read transaction (and no WAL snapshot that would
+  pin the writer's checkpoints) outlives a poll;
+- the schema is probed by name (`PRAGMA table_info`), so schema 1 (`sessions`/`session_entries`)
+  and schemas 19..24 (`session_windows`/`session_nodes`, `event_zstd` since 23) all read;
+- a per-session `SessionCursor` says what was consumed; a rewrite underneath it (generation
+  rotation, a different event at the cursor's last seq, rows that vanished, a vanished window)
+  makes the session's next batch a *rewalk* from its first row, with the set of event ids that
+  still exist so stale points can be removed.
+
+It is synchronous by design: the daemon runs `poll()` in a worker thread. Calls are serialised
+by a lock; a reader is cheap, keep one per database.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import structlog
+import zstandard
+
+from veritas_watch.model import RawRecord, SourceRef
+
+log = structlog.get_logger()
+
+DEFAULT_BUSY_TIMEOUT_S = 0.2
+DEFAULT_MAX_ROWS = 1000
+DEFAULT_MAX_BYTES = 32 * 1024 * 1024
+# Schema 23's CHECK bounds a compressed event at 4 MiB decoded; nothing legitimate decodes larger.
+MAX_COMPRESSED_EVENT_BYTES = 4 * 1024 * 1024
+_FETCH_CHUNK = 64
+_SEQ_MIN = -(2**63)
+_WATERMARK_TABLES = ("transcript_rewrite_watermarks", "session_transcript_generations")
+
+Layout = Literal["windows", "sessions", "none"]
+RewalkReason = Literal["generation_changed", "rows_changed", "event_changed", "window_vanished"]
+
+
+class SqliteSourceError(Exception):
+    """The database could not be read this time; log `reason` and retry later.
+
+    `reason` is one of: missing, cannot_open, locked, corrupt, io_error, readonly, schema_missing,
+    sqlite_error.
+    """
+
+    def __init__(self, reason: str, detail: str = "", path: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+        self.detail = detail
+        self.path = path
+
+
+@dataclass(frozen=True, slots=True)
+class SessionCursor:
+    """How far one session has been consumed; commit it only after its records are stored.
+
+    `row_count` counts the rows with `seq < next_seq` when the cursor was made; `last_event_id`
+    is the `id` of the row at `next_seq - 1` (or a digest of its bytes when it has none).
+    """
+
+    session_id: str
+    next_seq: int = 0
+    generation: str | None = None
+    last_event_id: str | None = None
+    row_count: int = 0
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "session_id": self.session_id,
+            "next_seq": self.next_seq,
+            "generation": self.generation,
+            "last_event_id": self.last_event_id,
+            "row_count": self.row_count,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> SessionCursor:
+        """Inverse of `to_dict`; raises ValueError on a malformed value."""
+        session_id = data.get("session_id")
+        next_seq = data.get("next_seq", 0)
+        generation = data.get("generation")
+        last_event_id = data.get("last_event_id")
+        row_count = data.get("row_count", 0)
+        if not isinstance(session_id, str) or not session_id:
+            raise ValueError("session_id must be a non-empty string")
+        if not isinstance(next_seq, int) or isinstance(next_seq, bool):
+            raise ValueError("next_seq must be an integer")
+        if not isinstance(row_count, int) or isinstance(row_count, bool) or row_count < 0:
+            raise ValueError("row_count must be a non-negative integer")
+        if generation is not None and not isinstance(generation, str):
+            raise ValueError("generation must be a string or null")
+        if last_event_id is not None and not isinstance(last_event_id, str):
+            raise ValueError("last_event_id must be a string or null")
+        return cls(session_id, next_seq, generation, last_event_id, row_count)
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaInfo:
+    """What the database says about itself, and which shape the reader found."""
+
+    user_version: int
+    schema_version: int  # schema_meta's primary row when present, else user_version
+    app_version: str | None
+    meta_agent_id: str | None
+    layout: Layout  # windows: session_windows/session_nodes; sessions: sessions/session_entries
+    payload_columns: tuple[str, ...]  # which of event_json / event_zstd exist
+    watermark_table: str | None
+    has_cold_archives: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    """One transcript generation window (a session id), for listings and gap detection."""
+
+    session_id: str
+    session_key: str | None
+    previous_session_id: str | None  # set on a reset / rollover / fork window
+    started_at: int | None  # epoch ms (started_at, else created_at)
+    ended: bool  # the key moved on to another window, or ended_at is set
+    ended_at: int | None  # epoch ms, as OpenClaw recorded it (often NULL)
+    reason: str | None  # initial, reset, rollover, fork, rewind, switch, recovery, compaction
+    cold_archived: bool  # its rows were moved to a cold archive file (schema 20+)
+    row_count: int
+    last_seq: int | None
+    last_created_at: int | None  # created_at (the event's own time, epoch ms) of the last row
+
+
+@dataclass(frozen=True, slots=True)
+class SqliteRowError:
+    """A row whose payload could not be decoded. The cursor still moves past it."""
+
+    session_id: str
+    seq: int
+    reason: str  # zstd_corrupt, zstd_length_mismatch, zstd_length_missing, payload_missing
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SessionBatch:
+    """New rows of one session, and the cursor to commit once they are stored.
+
+    `point_session_id` is the session id for point ids: the `id` of the session's header event
+    (seq 0, `type: "session"`) when it has one, else `session_id`. OpenClaw's JSONL import keeps
+    the header verbatim but keys rows by the sessions.json `sessionId`, and the two differ in real
+    data; the JSONL source keys points by the header id, so this keeps migrated sessions single.
+
+    `rewalk` means the session was rewritten: `records` start again from its first row (and may
+    continue in later batches, which are then ordinary). `present_event_ids` is set on a rewalk
+    when it is safe to delete points of this session whose entry id is not in it; it is None when
+    nothing may be deleted (session deleted or emptied: its history stays searchable).
+    `cursor` None means "forget this session's cursor" (the window is gone).
+    """
+
+    session_id: str
+    point_session_id: str
+    records: tuple[RawRecord, ...]
+    errors: tuple[SqliteRowError, ...]
+    cursor: SessionCursor | None
+    rewalk: bool = False
+    rewalk_reason: RewalkReason | None = None
+    present_event_ids: frozenset[str] | None = None
+    has_more: bool = False  # rows beyond this batch exist (budget reached)
+    last_created_at: int | None = None  # created_at of the last row in this batch
+
+
+@dataclass(frozen=True, slots=True)
+class SqlitePoll:
+    """Everything one poll saw, from one consistent snapshot."""
+
+    db_path: str
+    agent_id: str
+    schema: SchemaInfo
+    sessions: tuple[SessionInfo, ...]
+    batches: tuple[SessionBatch, ...]
+    has_more: bool  # poll again now: the row or byte budget stopped this one early
+    unchanged: bool = False  # nothing was committed since the previous poll: batches is empty
+
+
+def event_entry_id(data: bytes) -> str:
+    """The entry id the pipeline gives an event: its `id`, else "h" + blake2b of its bytes.
+
+    Mirrors `pipeline.transform_records` so `present_event_ids` compares with stored entry ids.
+    """
+    try:
+        obj = json.loads(data)
+    except (ValueError, RecursionError):
+        obj = None
+    if isinstance(obj, dict):
+        ident = obj.get("id")
+        if isinstance(ident, str) and ident:
+            return ident
+    return "h" + hashlib.blake2b(data, digest_size=10).hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------
+# schema probing
+
+
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    cookie: int
+    events_cols: frozenset[str]
+    layout: Layout
+    window_cols: frozenset[str]
+    node_cols: frozenset[str]
+    watermark_table: str | None
+    cold_table: bool
+    meta_cols: frozenset[str]
+
+
+def _table_columns(conn: sqlite3.Connection, table: str) -> frozenset[str]:
+    rows = conn.execute(f'PRAGMA table_info("{table}")').fetchall()
+    return frozenset(_text(row[1]) or "" for row in rows)
+
+
+def _probe(conn: sqlite3.Connection, cookie: int) -> _Shape:
+    tables = {_text(r[0]) for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()}
+    if "transcript_events" not in tables:
+        raise SqliteSourceError("schema_missing", "no transcript_events table")
+    events_cols = _table_columns(conn, "transcript_events")
+    if not {"session_id", "seq"} <= events_cols or not {"event_json", "event_zstd"} & events_cols:
+        raise SqliteSourceError("schema_missing", f"transcript_events has columns {sorted(events_cols)}")
+    layout: Layout = "none"
+    window_cols: frozenset[str] = frozenset()
+    node_cols: frozenset[str] = frozenset()
+    if "session_windows" in tables:
+        layout = "windows"
+        window_cols = _table_columns(conn, "session_windows")
+        if "session_nodes" in tables:
+            node_cols = _table_columns(conn, "session_nodes")
+    elif "sessions" in tables:
+        layout = "sessions"
+        window_cols = _table_columns(conn, "sessions")
+        if "session_entries" in tables:
+            node_cols = _table_columns(conn, "session_entries")
+    if not {"session_id", "session_key"} <= window_cols:
+        layout, window_cols, node_cols = "none", frozenset(), frozenset()
+    watermark = next((t for t in _WATERMARK_TABLES if t in tables), None)
+    if watermark is not None and not {"session_id", "generation"} <= _table_columns(conn, watermark):
+        watermark = None
+    cold = "session_transcript_cold_archives" in tables
+    meta_cols = _table_columns(conn, "schema_meta") if "schema_meta" in tables else frozenset()
+    return _Shape(cookie, events_cols, layout, window_cols, node_cols, watermark, cold, meta_cols)
+
+
+def _text(value: object) -> str | None:
+    """TEXT columns arrive as bytes (text_factory=bytes, so bad UTF-8 never raises mid-query)."""
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _col(cols: frozenset[str], name: str, prefix: str = "") -> str:
+    return f"{prefix}{name}" if name in cols else "NULL"
+
+
+# ---------------------------------------------------------------------------------------------
+# payload decoding
+
+
+@dataclass(frozen=True, slots=True)
+class _Row:
+    seq: int
+    data: bytes | None  # the event's exact UTF-8 JSON; None when it could not be decoded
+    raw: bytes  # what is stored (JSON bytes or the zstd frame): the fallback identity of a bad row
+    created_at: int | None
+    error: tuple[str, str] | None = None  # (reason, detail)
+
+    @property
+    def key(self) -> str:
+        """What the cursor remembers of this row: its entry id, or a digest of a bad row."""
+        if self.data is not None:
+            return event_entry_id(self.data)
+        return "x" + hashlib.blake2b(self.raw, digest_size=10).hexdigest()
+
+
+def _decode_row(
+    dctx: zstandard.ZstdDecompressor, seq: int, event_json: object, event_zstd: object, utf8_bytes: object,
+    created_at: object,
+) -> _Row:
+    created = _int(created_at)
+    if isinstance(event_json, bytes):
+        return _Row(seq, event_json, event_json, created)
+    if isinstance(event_json, str):  # only if a column was declared with a non-TEXT affinity
+        raw = event_json.encode("utf-8", "surrogatepass")
+        return _Row(seq, raw, raw, created)
+    if not isinstance(event_zstd, bytes):
+        return _Row(seq, None, b"", created, ("payload_missing", "event_json and event_zstd are both NULL"))
+    expected = _int(utf8_bytes)
+    if expected is None or expected < 0:
+        return _Row(seq, None, event_zstd, created, ("zstd_length_missing", "event_utf8_bytes is NULL"))
+    try:
+        declared = zstandard.frame_content_size(event_zstd)
+        if declared >= 0 and declared != expected:
+            return _Row(seq, None, event_zstd, created,
+                        ("zstd_length_mismatch", f"frame declares {declared} bytes, event_utf8_bytes {expected}"))
+        # A frame without a content size is bounded by what a valid event can be, not trusted.
+        limit = 0 if declared >= 0 else min(expected, MAX_COMPRESSED_EVENT_BYTES) + 1
+        data = dctx.decompress(event_zstd, max_output_size=limit, allow_extra_data=False)
+    except zstandard.ZstdError as exc:
+        return _Row(seq, None, event_zstd, created, ("zstd_corrupt", str(exc)[:200]))
+    if len(data) != expected:
+        return _Row(seq, None, event_zstd, created,
+                    ("zstd_length_mismatch", f"decoded {len(data)} bytes, event_utf8_bytes {expected}"))
+    return _Row(seq, data, event_zstd, created)
+
+
+# ---------------------------------------------------------------------------------------------
+# the reader
+
+
+@dataclass
+class _Settled:
+    """State after a complete poll: if neither the db nor the cursors changed, skip the next."""
+
+    data_version: int
+    cursors: dict[str, SessionCursor]
+    schema: SchemaInfo
+    sessions: tuple[SessionInfo, ...]
+
+
+@dataclass
+class _Budget:
+    rows: int
+    bytes: int
+    used_rows: int = 0
+    used_bytes: int = 0
+
+    @property
+    def exhausted(self) -> bool:
+        return self.used_rows >= self.rows or self.used_bytes >= self.bytes
+
+
+@dataclass
+class _Snapshot:
+    shape: _Shape
+    schema: SchemaInfo
+    windows: dict[str, SessionInfo] = field(default_factory=dict)
+    stats: dict[str, tuple[int, int, int | None]] = field(default_factory=dict)  # count, max seq, created
+    generations: dict[str, str] = field(default_factory=dict)
+    cold: frozenset[str] = frozenset()
+
+
+class SqliteTranscriptReader:
+    """Incremental, read-only reader of one `openclaw-agent.sqlite`."""
+
+    def __init__(self, path: Path, agent_id: str, *, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) -> None:
+        self.path = path
+        self.agent_id = agent_id
+        self._busy_timeout_s = busy_timeout_s
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+        self._file_id: tuple[int, int] | None = None
+        self._shape: _Shape | None = None
+        self._settled: _Settled | None = None
+        self._headers: dict[tuple[str, str | None], str] = {}  # (session, generation) -> point session id
+        self._resume_after: str | None = None  # round-robin start, so one backlog cannot starve others
+        self._dctx = zstandard.ZstdDecompressor()
+
+    # -- lifecycle
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop_connection()
+
+    def __enter__(self) -> SqliteTranscriptReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _drop_connection(self) -> None:
+        if self._conn is not None:
+            with suppress(sqlite3.Error):
+                self._conn.close()
+        self._conn = None
+        self._file_id = None
+        self._shape = None
+        self._settled = None
+        self._headers.clear()
+
+    def _connection(self) -> sqlite3.Connection:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError as exc:
+            self._drop_connection()
+            raise SqliteSourceError("missing", "database file does not exist", str(self.path)) from exc
+        except OSError as exc:
+            self._drop_connection()
+            raise SqliteSourceError("io_error", str(exc), str(self.path)) from exc
+        file_id = (st.st_dev, st.st_ino)
+        if self._conn is not None and file_id != self._file_id:
+            log.info("sqlite_source_replaced", path=str(self.path))  # restored backup, new inode
+            self._drop_connection()
+        if self._conn is None:
+            uri = self.path.resolve().as_uri() + "?mode=ro"
+            conn = sqlite3.connect(uri, uri=True, timeout=self._busy_timeout_s, isolation_level=None,
+                                   check_same_thread=False)
+            conn.text_factory = bytes
+            try:
+                conn.execute("PRAGMA query_only=ON").fetchall()
+            except sqlite3.Error:
+                conn.close()
+                raise
+            self._conn = conn
+            self._file_id = file_id
+        return self._conn
+
+    # -- polling
+
+    def poll(self, cursors: Mapping[str, SessionCursor], max_rows: int = DEFAULT_MAX_ROWS,
+             max_bytes: int = DEFAULT_MAX_BYTES) -> SqlitePoll:
+        """Read what is new since `cursors` (keyed by session id) in one short read transaction.
+
+        Raises SqliteSourceError (never a raw sqlite3 error) when the database cannot be read.
+        """
+        if max_rows < 1 or max_bytes < 1:
+            raise ValueError("max_rows and max_bytes must be positive")
+        with self._lock:
+            try:
+                return self._poll(dict(cursors), _Budget(max_rows, max_bytes))
+            except sqlite3.Error as exc:
+                self._drop_connection()
+                raise _classify(exc, self.path) from exc
+
+    def _poll(self, cursors: dict[str, SessionCursor], budget: _Budget) -> SqlitePoll:
+        conn = self._connection()
+        data_version = int(conn.execute("PRAGMA data_version").fetchall()[0][0])
+        settled = self._settled
+        if settled is not None and settled.data_version == data_version and settled.cursors == cursors:
+            return SqlitePoll(str(self.path), self.agent_id, settled.schema, settled.sessions, (), False, True)
+        conn.execute("BEGIN")  # one snapshot for every statement below
+        try:
+            snap = self._snapshot(conn)
+            batches, more = self._read_sessions(conn, snap, cursors, budget)
+        finally:
+            if conn.in_transaction:
+                conn.execute("COMMIT")
+        sessions = tuple(sorted(snap.windows.values(), key=lambda s: (s.started_at or 0, s.session_id)))
+        if more:
+            self._settled = None
+        else:
+            committed = dict(cursors)
+            for batch in batches:
+                if batch.cursor is None:
+                    committed.pop(batch.session_id, None)
+                else:
+                    committed[batch.session_id] = batch.cursor
+            self._settled = _Settled(data_version, committed, snap.schema, sessions)
+        return SqlitePoll(str(self.path), self.agent_id, snap.schema, sessions, tuple(batches), more)
+
+    def _snapshot(self, conn: sqlite3.Connection) -> _Snapshot:
+        cookie = int(conn.execute("PRAGMA schema_version").fetchall()[0][0])
+        if self._shape is None or self._shape.cookie != cookie:
+            self._shape = _probe(conn, cookie)
+            log.debug("sqlite_schema_probed", path=str(self.path), layout=self._shape.layout,
+                      columns=sorted(self._shape.events_cols))
+        shape = self._shape
+        snap = _Snapshot(shape, self._schema_info(conn, shape))
+        created = _col(shape.events_cols, "created_at", "e.")
+        for sid, count, max_seq, last_created in conn.execute(
+            "SELECT t.session_id, t.n, t.max_seq, " + created + " FROM"
+            " (SELECT session_id, count(*) AS n, max(seq) AS max_seq FROM transcript_events GROUP BY session_id) t"
+            " JOIN transcript_events e ON e.session_id = t.session_id AND e.seq = t.max_seq"
+        ).fetchall():
+            snap.stats[_text(sid) or ""] = (int(count), int(max_seq), _int(last_created))
+        if shape.watermark_table is not None:
+            for sid, generation in conn.execute(
+                f'SELECT session_id, generation FROM "{shape.watermark_table}"'
+            ).fetchall():
+                snap.generations[_text(sid) or ""] = _text(generation) or ""
+        if shape.cold_table:
+            snap.cold = frozenset(
+                _text(r[0]) or "" for r in conn.execute(
+                    "SELECT session_id FROM session_transcript_cold_archives").fetchall()
+            )
+        snap.windows = self._windows(conn, snap)
+        return snap
+
+    def _schema_info(self, conn: sqlite3.Connection, shape: _Shape) -> SchemaInfo:
+        user_version = int(conn.execute("PRAGMA user_version").fetchall()[0][0])
+        schema_version, app_version, meta_agent = user_version, None, None
+        if {"meta_key", "schema_version"} <= shape.meta_cols:
+            rows = conn.execute(
+                "SELECT schema_version, " + _col(shape.meta_cols, "app_version") + ", "
+                + _col(shape.meta_cols, "agent_id") + " FROM schema_meta WHERE meta_key = 'primary'"
+            ).fetchall()
+            if rows and _int(rows[0][0]) is not None:
+                schema_version = int(rows[0][0])
+                app_version, meta_agent = _text(rows[0][1]), _text(rows[0][2])
+        payload = tuple(c for c in ("event_json", "event_zstd") if c in shape.events_cols)
+        return SchemaInfo(user_version, schema_version, app_version, meta_agent, shape.layout, payload,
+                          shape.watermark_table, shape.cold_table)
+
+    def _windows(self, conn: sqlite3.Connection, snap: _Snapshot) -> dict[str, SessionInfo]:
+        shape = snap.shape
+        found: dict[str, SessionInfo] = {}
+        if shape.layout != "none":
+            w, n = shape.window_cols, shape.node_cols
+            table, node_table, current = (
+                ("session_windows", "session_nodes", "current_session_id") if shape.layout == "windows"
+                else ("sessions", "session_entries", "session_id")
+            )
+            joined = {"session_key", current} <= n
+            sql = (
+                "SELECT w.session_id, w.session_key, " + _col(w, "previous_session_id", "w.") + ", "
+                + _col(w, "started_at", "w.") + ", " + _col(w, "created_at", "w.") + ", "
+                + _col(w, "ended_at", "w.") + ", " + _col(w, "reason", "w.") + ", "
+                + (f"n.{current}" if joined else "NULL") + f" FROM {table} w"
+                + (f" LEFT JOIN {node_table} n ON n.session_key = w.session_key" if joined else "")
+            )
+            for sid_b, key, prev, started, created, ended_at, reason, current_sid in conn.execute(sql).fetchall():
+                sid = _text(sid_b) or ""
+                cur = _text(current_sid)
+                count, last_seq, last_created = snap.stats.get(sid, (0, None, None))
+                found[sid] = SessionInfo(
+                    session_id=sid,
+                    session_key=_text(key),
+                    previous_session_id=_text(prev),
+                    started_at=_int(started) if _int(started) is not None else _int(created),
+                    ended=_int(ended_at) is not None or (cur is not None and cur != sid),
+                    ended_at=_int(ended_at),
+                    reason=_text(reason),
+                    cold_archived=sid in snap.cold,
+                    row_count=count,
+                    last_seq=last_seq,
+                    last_created_at=last_created,
+                )
+        for sid, (count, last_seq, last_created) in snap.stats.items():
+            if sid not in found:  # rows without a window: foreign keys off, or an unknown layout
+                found[sid] = SessionInfo(sid, None, None, None, False, None, None, sid in snap.cold, count,
+                                         last_seq, last_created)
+        return found
+
+    def _read_sessions(self, conn: sqlite3.Connection, snap: _Snapshot, cursors: dict[str, SessionCursor],
+                       budget: _Budget) -> tuple[list[SessionBatch], bool]:
+        order = sorted(set(cursors) | set(snap.stats))
+        if self._resume_after is not None:
+            split = next((i for i, sid in enumerate(order) if sid > self._resume_after), 0)
+            order = order[split:] + order[:split]
+        self._resume_after = None
+        batches: list[SessionBatch] = []
+        for sid in order:
+            if budget.exhausted:
+                self._resume_after = batches[-1].session_id if batches else None
+                return batches, True
+            batch, more = self._read_session(conn, snap, sid, cursors.get(sid), budget)
+            if batch is not None:
+                batches.append(batch)
+            if more:
+                self._resume_after = sid  # the next poll starts with the sessions after this one
+                return batches, True
+        return batches, False
+
+    def _read_session(self, conn: sqlite3.Connection, snap: _Snapshot, sid: str, cursor: SessionCursor | None,
+                      budget: _Budget) -> tuple[SessionBatch | None, bool]:
+        stats = snap.stats.get(sid)
+        generation = snap.generations.get(sid)
+        if cursor is None:
+            if stats is None:
+                return None, False
+            return self._batch(conn, snap, sid, _SEQ_MIN, 0, generation, budget, rewalk=None)
+        if stats is None:  # no rows at all
+            if sid in snap.cold:
+                return None, False  # moved to a cold archive: history, not a rewrite; keep the cursor
+            self._forget(sid)
+            if sid not in snap.windows:
+                return SessionBatch(sid, sid, (), (), None, True, "window_vanished"), False
+            if cursor.row_count == 0:
+                return None, False
+            # Emptied in place: restart the cursor, but never wipe a session's memory for it.
+            restart = SessionCursor(sid, 0, generation, None, 0)
+            return SessionBatch(sid, sid, (), (), restart, True, "rows_changed"), False
+        reason = self._rewrite_reason(conn, snap, sid, cursor, generation)
+        if reason == "cold":
+            return None, False
+        if reason is not None:
+            self._forget(sid)
+            return self._batch(conn, snap, sid, _SEQ_MIN, 0, generation, budget, rewalk=reason)
+        if stats[1] < cursor.next_seq:
+            return None, False
+        return self._batch(conn, snap, sid, cursor.next_seq, cursor.row_count, generation or cursor.generation,
+                           budget, rewalk=None)
+
+    def _rewrite_reason(self, conn: sqlite3.Connection, snap: _Snapshot, sid: str, cursor: SessionCursor,
+                        generation: str | None) -> RewalkReason | Literal["cold"] | None:
+        """Why the rows the cursor covers are no longer the rows it consumed, if they are not."""
+        count, max_seq, _ = snap.stats[sid]
+        if cursor.generation is not None and generation is not None and generation != cursor.generation:
+            return "generation_changed"  # OpenClaw rotates it with every destructive change
+        below = count
+        if max_seq >= cursor.next_seq:
+            below -= int(conn.execute(
+                "SELECT count(*) FROM transcript_events WHERE session_id = ? AND seq >= ?",
+                (sid, cursor.next_seq)).fetchall()[0][0])
+        if below != cursor.row_count:
+            if sid in snap.cold and below < cursor.row_count:
+                return "cold"  # partly moved to a cold archive: keep what we have
+            return "rows_changed"
+        if cursor.row_count == 0:
+            return None
+        # The same generation and nothing new: the watermark vouches for the rows. Otherwise (no
+        # watermark, or rows were appended) check that the last consumed row is still the same event.
+        if generation is not None and generation == cursor.generation and max_seq < cursor.next_seq:
+            return None
+        last = self._row_at(conn, snap.shape, sid, cursor.next_seq - 1)
+        if last is None or last.key != cursor.last_event_id:
+            return "event_changed"
+        return None
+
+    def _forget(self, sid: str) -> None:
+        for key in [k for k in self._headers if k[0] == sid]:
+            del self._headers[key]
+
+    def _select_payload(self, shape: _Shape) -> str:
+        cols = shape.events_cols
+        return ", ".join(_col(cols, c) for c in ("event_json", "event_zstd", "event_utf8_bytes", "created_at"))
+
+    def _row_at(self, conn: sqlite3.Connection, shape: _Shape, sid: str, seq: int) -> _Row | None:
+        rows = conn.execute(
+            "SELECT seq, " + self._select_payload(shape) + " FROM transcript_events WHERE session_id = ? AND seq = ?",
+            (sid, seq)).fetchall()
+        return self._decode(rows[0]) if rows else None
+
+    @contextmanager
+    def _raw_rows(self, conn: sqlite3.Connection, shape: _Shape, sid: str, start: int,
+                  limit: int | None = None) -> Iterator[Iterator[tuple[object, ...]]]:
+        """Rows from `start` in seq order, undecoded; the statement is reset on exit, so a
+        half-read SELECT never outlives the poll (it would hold the read transaction open)."""
+        sql = ("SELECT seq, " + self._select_payload(shape)
+               + " FROM transcript_events WHERE session_id = ? AND seq >= ? ORDER BY seq")
+        params: tuple[object, ...] = (sid, start)
+        if limit is not None:
+            sql += " LIMIT ?"
+            params = (sid, start, limit)
+        cur = conn.execute(sql, params)
+
+        def rows() -> Iterator[tuple[object, ...]]:
+            while chunk := cur.fetchmany(_FETCH_CHUNK):
+                yield from chunk
+
+        try:
+            yield rows()
+        finally:
+            cur.close()
+
+    def _decode(self, raw: tuple[object, ...]) -> _Row:
+        seq, event_json, event_zstd, utf8_bytes, created_at = raw
+        if not isinstance(seq, int):  # INTEGER PRIMARY KEY part: only a damaged row holds anything else
+            raise SqliteSourceError("corrupt", f"non-integer seq {seq!r}", str(self.path))
+        return _decode_row(self._dctx, seq, event_json, event_zstd, utf8_bytes, created_at)
+
+    def _point_session_id(self, conn: sqlite3.Connection, shape: _Shape, sid: str, generation: str | None) -> str:
+        cached = self._headers.get((sid, generation))
+        if cached is not None:
+            return cached
+        with self._raw_rows(conn, shape, sid, _SEQ_MIN, limit=1) as rows:
+            first = next((self._decode(raw) for raw in rows), None)
+        point_sid = sid
+        if first is not None and first.data is not None:
+            try:
+                obj = json.loads(first.data)
+            except (ValueError, RecursionError):
+                obj = None
+            if isinstance(obj, dict) and obj.get("type") == "session":
+                ident = obj.get("id")
+                if isinstance(ident, str) and ident:
+                    point_sid = ident
+        self._headers[(sid, generation)] = point_sid
+        return point_sid
+
+    def _batch(self, conn: sqlite3.Connection, snap: _Snapshot, sid: str, start: int, row_count: int,
+               generation: str | None, budget: _Budget, *,
+               rewalk: RewalkReason | None) -> tuple[SessionBatch | None, bool]:
+        """Rows of `sid` from `start` within the budget; (batch, budget-stopped-it)."""
+        shape = snap.shape
+        point_sid = self._point_session_id(conn, shape, sid, generation)
+        source_path = str(self.path)
+        records: list[RawRecord] = []
+        errors: list[SqliteRowError] = []
+        last: _Row | None = None
+        more = False
+        with self._raw_rows(conn, shape, sid, start) as rows:
+            for raw in rows:
+                if budget.exhausted:
+                    more = True
+                    break
+                row = self._decode(raw)
+                budget.used_rows += 1
+                budget.used_bytes += len(row.raw) if row.data is None else len(row.data)
+                last = row
+                if row.data is None:
+                    reason, detail = row.error or ("payload_missing", "")
+                    errors.append(SqliteRowError(sid, row.seq, reason, detail))
+                else:
+                    records.append(RawRecord(self.agent_id, row.data, SourceRef(
+                        kind="sqlite", path=source_path, session_id=sid, seq=row.seq)))
+        if last is None:
+            # Nothing fit (or nothing left): a rewalk is re-detected by the next poll, unchanged.
+            return None, more
+        present = self._present_ids(conn, shape, sid) if rewalk is not None else None
+        cursor = SessionCursor(sid, last.seq + 1, generation, last.key, row_count + len(records) + len(errors))
+        batch = SessionBatch(sid, point_sid, tuple(records), tuple(errors), cursor, rewalk is not None, rewalk,
+                             present, more, last.created_at)
+        return batch, more
+
+    def _present_ids(self, conn: sqlite3.Connection, shape: _Shape, sid: str) -> frozenset[str] | None:
+        with self._raw_rows(conn, shape, sid, _SEQ_MIN) as rows:
+            ids = frozenset(row.key for row in map(self._decode, rows) if row.data is not None)
+        return ids or None
+
+
+def _classify(exc: sqlite3.Error, path: Path) -> SqliteSourceError:
+    code = getattr(exc, "sqlite_errorcode", None)
+    primary = code & 0xFF if isinstance(code, int) else None
+    reason = {
+        5: "locked",  # SQLITE_BUSY
+        6: "locked",  # SQLITE_LOCKED
+        8: "readonly",  # SQLITE_READONLY (e.g. a WAL that needs recovery by a writer)
+        10: "io_error",  # SQLITE_IOERR
+        11: "corrupt",  # SQLITE_CORRUPT
+        14: "cannot_open",  # SQLITE_CANTOPEN
+        26: "corrupt",  # SQLITE_NOTADB
+    }.get(primary if primary is not None else -1, "sqlite_error")
+    return SqliteSourceError(reason, f"{type(exc).__name__}: {exc}"[:300], str(path))

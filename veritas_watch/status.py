@@ -1,0 +1,78 @@
+"""`status`: per agent, what is watched, stored and still to read; from the running daemon or from disk."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from veritas_watch.sources.cursors import FileCursor
+
+if TYPE_CHECKING:
+    from veritas_watch.daemon import Daemon
+    from veritas_watch.sinks.store import Store
+
+
+def _size(path: str) -> int | None:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return None
+
+
+def agents_from_cursors(cursors: Iterable[tuple[FileCursor, int | None]]) -> dict[str, dict[str, Any]]:
+    """Group (cursor, current size) pairs by agent: files, lag in bytes, last entry time."""
+    agents: dict[str, dict[str, Any]] = {}
+    for cursor, size in cursors:
+        agent = agents.setdefault(cursor.agent_id, {
+            "files": 0, "lag_bytes": 0, "last_entry_at": None, "entries_stored": None, "sessions": set(),
+        })
+        agent["files"] += 1
+        agent["lag_bytes"] += max(0, (size if size is not None else cursor.offset) - cursor.offset)
+        if cursor.session_id:
+            agent["sessions"].add(cursor.session_id)
+        newest = agent["last_entry_at"]
+        if cursor.last_entry_ts and (newest is None or cursor.last_entry_ts > newest):
+            agent["last_entry_at"] = cursor.last_entry_ts
+    for agent in agents.values():
+        agent["sessions"] = len(agent["sessions"])
+    return agents
+
+
+def count_entries(store: Store, agents: dict[str, dict[str, Any]]) -> None:
+    for agent_id, agent in agents.items():
+        agent["entries_stored"] = store.count(agent_id)
+
+
+async def daemon_status(daemon: Daemon) -> dict[str, Any]:
+    rt = daemon.rt
+    assert rt is not None
+    tracked = [(t.committed, t.size) for t in rt.tailer.files.values()]
+    agents = agents_from_cursors(tracked)
+    await rt.sink.in_store_thread(lambda: count_entries(rt.sink.store, agents))
+    stats = rt.sink.stats
+    return {
+        "running": True,
+        "pid": os.getpid(),
+        "uptime_s": round(time.time() - daemon.started, 1),
+        "state_dir": str(daemon.config.state_dir),
+        "data_dir": str(daemon.config.data_dir),
+        "embedder": rt.embedder.name,
+        "store": daemon.config.store.url or "embedded",
+        "store_state": "down" if stats.store_down_since is not None else "ok",
+        "watcher": {"mode": daemon.watcher.mode if daemon.watcher else None,
+                    "fallback_reason": daemon.watcher.fallback_reason if daemon.watcher else ""},
+        "backlog_bytes": daemon.backlog_bytes(),
+        "queue": rt.sink.queue.qsize(),
+        "entries": {"stored": stats.stored, "unchanged": stats.unchanged, "invalid_lines": stats.invalid,
+                    "redactions": stats.redactions, "skipped": dict(stats.skipped)},
+        "agents": agents,
+    }
+
+
+def offline_status(cursors: list[FileCursor], store: Store | None) -> dict[str, Any]:
+    agents = agents_from_cursors((c, _size(c.path)) for c in cursors)
+    if store is not None:
+        count_entries(store, agents)
+    return {"running": False, "agents": agents, "backlog_bytes": sum(a["lag_bytes"] for a in agents.values())}
