@@ -213,19 +213,21 @@ class Study:
         out = self.shard.query_batch(self.qe.QueryBatchRequest(requests))
         return [[(int(p.id), float(p.score)) for p in res] for res in out]
 
-    def sparse_ranked(self, using: str, qvecs: Sequence[object], limit: int = 100) -> list[list[tuple[int, float]]]:
+    def sparse_ranked(self, using: str, qvecs: Sequence[object], limit: int = 100, convs: Sequence[str] | None = None) -> list[list[tuple[int, float]]]:
         qe = self.qe
+        convs = convs or [q.conv for q in self.questions]
         reqs = [
-            self.request(q.conv, qe.Query.Nearest(sparse_point_vector(v), using=using), limit, sparse=True)
-            for q, v in zip(self.questions, qvecs, strict=True)
+            self.request(c, qe.Query.Nearest(sparse_point_vector(v), using=using), limit, sparse=True)
+            for c, v in zip(convs, qvecs, strict=True)
         ]
         return self.run(reqs)
 
-    def dense_ranked(self, name: str, qvecs: np.ndarray, limit: int = 100) -> list[list[tuple[int, float]]]:
+    def dense_ranked(self, name: str, qvecs: np.ndarray, limit: int = 100, convs: Sequence[str] | None = None) -> list[list[tuple[int, float]]]:
         qe = self.qe
+        convs = convs or [q.conv for q in self.questions]
         reqs = [
-            self.request(q.conv, qe.Query.Nearest(v.tolist(), using=name), limit)
-            for q, v in zip(self.questions, qvecs, strict=True)
+            self.request(c, qe.Query.Nearest(v.tolist(), using=name), limit)
+            for c, v in zip(convs, qvecs, strict=True)
         ]
         return self.run(reqs)
 
@@ -504,6 +506,97 @@ def cmd_explore2(args: argparse.Namespace) -> None:
             show(f"rrf k={k} {'+'.join(names)}", keys_of(fused))
 
 
+# ---------------------------------------------------------------- relevance floor
+
+# Questions no LoCoMo conversation can answer: facts, tech support, trivia. Some share common
+# words with the chats (work, family, music) on purpose: the floor must not rely on zero overlap.
+OFF_TOPIC = [
+    "What is the capital of Australia?",
+    "How do I configure a Kubernetes ingress controller with TLS?",
+    "Explain the Pythagorean theorem.",
+    "What is the boiling point of liquid nitrogen?",
+    "How do I vacuum a PostgreSQL table without locking it?",
+    "Who won the 1998 FIFA World Cup?",
+    "What is the time complexity of heapsort?",
+    "How many moons does Jupiter have?",
+    "Which port does the SSH daemon listen on by default?",
+    "What does the HTTP status code 418 mean?",
+    "How do I rotate an AWS IAM access key?",
+    "What's the difference between TCP and UDP?",
+    "How do I fix a segmentation fault in C?",
+    "What is the chemical formula of table salt?",
+    "What is the exchange rate between yen and euro?",
+    "How do I reset the BIOS password on a laptop?",
+    "Which enzyme breaks down lactose?",
+    "What is the tallest mountain in Africa?",
+    "How do I write a Dockerfile for a Rust binary?",
+    "What is a monad in functional programming?",
+    "How do I compute the determinant of a 3x3 matrix?",
+    "What year did the Berlin Wall fall?",
+    "What is the population of Iceland?",
+    "How do I set up a cron job that runs every five minutes?",
+    "What is the speed of light in a vacuum?",
+    "Which gas do plants absorb during photosynthesis?",
+    "How do I merge two git branches with a rebase?",
+    "What is the airspeed velocity of an unladen swallow?",
+    "What is the tax deadline for quarterly estimated payments?",
+    "How do I calibrate a 3D printer bed?",
+    "What are the side effects of ibuprofen?",
+    "How does a blockchain reach consensus?",
+    "What is the recommended tire pressure for a sedan?",
+    "Which programming language is the Linux kernel written in?",
+    "How do I convert Celsius to Fahrenheit?",
+    "What is the plot of Moby Dick?",
+    "How many bytes are in a kilobyte?",
+    "What's the best way to store API keys in a mobile app?",
+    "What is the GDP of Brazil?",
+    "How do I unclog a kitchen sink?",
+]
+
+
+def cmd_floor(_: argparse.Namespace) -> None:
+    """Score distributions of real vs off-topic queries, and what each floor keeps and drops."""
+    from veritas_watch.transforms import tokenize as tk
+
+    study, lists = build_main_study()
+    cfg = tk.TokenizerConfig(stopwords=True)
+    convs = sorted({t.conv for t in study.turns})
+    off_q = [(c, q) for c in convs for q in OFF_TOPIC]
+    off_dense = cached_embeddings("offtopic", OFF_TOPIC, True)
+    off_dvecs = np.stack([off_dense[i % len(OFF_TOPIC)] for i in range(len(off_q))])
+    off = {
+        "dense_pairs": study.dense_ranked("dense_pairs", off_dvecs, 10, [c for c, _ in off_q]),
+        "dense": study.dense_ranked("dense", off_dvecs, 10, [c for c, _ in off_q]),
+        "sparse": study.sparse_ranked("sparse", [tk.sparse_query(q, cfg) for _, q in off_q], 10, [c for c, _ in off_q]),
+    }
+    n_terms_real = [len(set(tk.tokens(q.text, cfg, is_query=True))) for q in study.questions]
+    n_terms_off = [len(set(tk.tokens(q, cfg, is_query=True))) for _, q in off_q]
+
+    def top(ranked: Sequence[tuple[int, float]]) -> float:
+        return ranked[0][1] if ranked else 0.0
+
+    for name in ("dense_pairs", "dense", "sparse"):
+        real = np.array([top(r) for r in lists[name]])
+        bad = np.array([top(r) for r in off[name]])
+        print(f"{name}: top score real p5/p25/p50 {np.percentile(real, [5, 25, 50]).round(3)} | off-topic p50/p75/p95/max {np.percentile(bad, [50, 75, 95, 100]).round(3)}")
+    # per-term sparse: BM25 grows with the number of matched terms, so compare per query term
+    real = np.array([top(r) / max(n, 1) for r, n in zip(lists["sparse"], n_terms_real, strict=True)])
+    bad = np.array([top(r) / max(n, 1) for r, n in zip(off["sparse"], n_terms_off, strict=True)])
+    print(f"sparse per query term: real p5/p25/p50 {np.percentile(real, [5, 25, 50]).round(3)} | off p50/p75/p95/max {np.percentile(bad, [50, 75, 95, 100]).round(3)}")
+    # evidence hits: the cosine of the evidence turns that hybrid would show
+    ev_cos = []
+    for q, r in zip(study.questions, lists["dense_pairs"], strict=True):
+        ev_cos += [s for k, s in r[:10] if study.turns[k].dia_id in q.evidence]
+    print(f"dense_pairs cosine of evidence hits in top 10: p5/p10/p25/p50 {np.percentile(ev_cos, [5, 10, 25, 50]).round(3)}")
+    print("\n| floor on best dense_pairs cosine | off-topic queries answered with nothing | real queries answered with nothing | real queries' evidence hits lost (top 10) |\n|---|---|---|---|")
+    for floor in np.arange(0.78, 0.87, 0.01):
+        off_empty = np.mean([top(r) < floor for r in off["dense_pairs"]])
+        real_empty = np.mean([top(r) < floor for r in lists["dense_pairs"]])
+        lost = np.mean([s < floor for s in ev_cos])
+        print(f"| {floor:.2f} | {off_empty:.2f} | {real_empty:.3f} | {lost:.3f} |")
+    sys.stdout.flush()
+
+
 # ---------------------------------------------------------------- CJK set
 
 # Markdown scaffolding an agent's transcript is full of: the old system ranked these above the
@@ -511,9 +604,17 @@ def cmd_explore2(args: argparse.Namespace) -> None:
 NOISE = ["## 项目笔记", "# 今日のメモ", "### 待办事项", "---", "## Notes", "# 議事録", "**总结**", "- [ ] TODO"]
 
 
-def cjk_pool() -> tuple[list[str], list[tuple[str, str, int]]]:
-    """(texts to index, [(lang, query, index of its memory)]) from tests/cjk_set.py plus noise."""
+def cjk_pool(which: str = "embedder") -> tuple[list[str], list[tuple[str, str, int]]]:
+    """(texts to index, [(lang, query, index of its memory)]).
+
+    "embedder": tests/cjk_set.py (no keyword overlap by design) plus markdown noise;
+    "retrieval": tests/cjk_retrieval_set.py (reworded queries keeping their entity, same-entity distractors).
+    """
     sys.path.insert(0, str(REPO / "tests"))
+    if which == "retrieval":
+        import cjk_retrieval_set as rs  # type: ignore[import-not-found]
+
+        return rs.pool(), [(str(it["lang"]), str(it["query"]), i) for i, it in enumerate(rs.CJK_RETRIEVAL_SET)]
     from cjk_set import CJK_SET, pool  # type: ignore[import-not-found]
 
     texts = pool() + NOISE
@@ -559,6 +660,9 @@ def cjk_report(label: str, queries: Sequence[tuple[str, str, int]], ranked: Sequ
     cells = []
     for g in ("zh", "ja", "zh+ja", "cross", "all"):
         ranks = groups.get(g, [])
+        if not ranks:
+            cells.append("-")
+            continue
         top1 = sum(1 for r in ranks if r == 0) / len(ranks)
         mrr = sum(1.0 / (r + 1) for r in ranks if r is not None and r < 10) / len(ranks)
         cells.append(f"{top1:.2f}/{mrr:.2f}")
@@ -566,13 +670,13 @@ def cjk_report(label: str, queries: Sequence[tuple[str, str, int]], ranked: Sequ
     sys.stdout.flush()
 
 
-def cmd_cjk(_: argparse.Namespace) -> None:
+def cmd_cjk(args: argparse.Namespace) -> None:
     from veritas_watch.search import rrf_fuse, score_fuse
     from veritas_watch.transforms import tokenize as tk
 
-    texts, queries = cjk_pool()
-    dense = cached_embeddings("cjk_pool", texts, False)
-    qdense = cached_embeddings("cjk_queries", [q for _, q, _ in queries], True)
+    texts, queries = cjk_pool(args.set)
+    dense = cached_embeddings(f"cjk_{args.set}_pool", texts, False)
+    qdense = cached_embeddings(f"cjk_{args.set}_queries", [q for _, q, _ in queries], True)
     configs = {
         "uni+bi": tk.TokenizerConfig(stopwords=True, cjk="both"),
         "bigram": tk.TokenizerConfig(stopwords=True, cjk="bigram"),
@@ -608,7 +712,10 @@ def main() -> None:
     sub.add_parser("fusion", help="dense + sparse fusions").set_defaults(func=cmd_fusion)
     sub.add_parser("explore", help="fusion x expansion grid, tune vs held-out").set_defaults(func=cmd_explore)
     sub.add_parser("explore2", help="finer grid").set_defaults(func=cmd_explore2)
-    sub.add_parser("cjk", help="the CJK set (tests/cjk_set.py) through Edge").set_defaults(func=cmd_cjk)
+    sub.add_parser("floor", help="relevance floor: real vs off-topic scores").set_defaults(func=cmd_floor)
+    cjk = sub.add_parser("cjk", help="a CJK set through Edge")
+    cjk.add_argument("--set", choices=("embedder", "retrieval"), default="retrieval")
+    cjk.set_defaults(func=cmd_cjk)
     args = parser.parse_args()
     args.func(args)
 

@@ -329,6 +329,11 @@ TEMPLATES: tuple[Template, ...] = (
     Template("backtick", "运行前先设置 `{env}={v}`", True, True, False),
     Template("curl", "curl https://api.example.com/v1/chat -H \"Authorization: Bearer {v}\" -d @req.json", True, False, False),
     Template("curl", "{svc} CLI: mytool login --token {v}", True, True, False),
+    Template("curl", "GET https://api.example.com/v1/data?api_key={v}&format=json ({svc})", True, False, False),
+    # other shapes
+    Template("zh", "（{svc} key：{v}）", True, True, False),
+    Template("en", "| service | value |\n|---|---|\n| {svc} | {v} |", False, True, False),
+    Template("json", '{"tool": "write", "content": "{\\"apiKey\\": \\"{v}\\", \\"svc\\": \\"{svc}\\"}"}', True, False, False),
 )
 
 PASSWORD_TEMPLATES: tuple[Template, ...] = (
@@ -423,7 +428,6 @@ def make_message(rng: random.Random, kind: SecretKind, template: Template) -> Co
     if kind.rule == "aws_secret_access_key":
         # AWS keys come in pairs; the id names the context and is a planted secret too
         key_id = "AKIA" + rand(rng, UPPER_ALNUM, 16)
-        text = _fill(template.text, kind, f"{wrapped}") if template.svc_before else ""
         text = f"AWS access key id {key_id}\n" + _fill(template.text, kind, wrapped)
         planted = [Planted("aws_access_key_id", key_id, text.index(key_id), text.index(key_id) + len(key_id))]
     else:
@@ -463,9 +467,11 @@ def generate_corpus(n: int = 1200, seed: int = 20260317) -> list[CorpusMessage]:
             # a pasted .env dump with several keys at once
             messages.append(_env_dump(rng, rng.sample(single_line, rng.randrange(2, 5))))
         else:
-            kind = KINDS[i % len(KINDS)]
+            kind_index = i % len(KINDS)
+            kind = KINDS[kind_index]
             templates = _templates_for(kind)
-            template = templates[(i // len(KINDS)) % len(templates)]
+            # offset by the kind so that every template is used, not only the first few
+            template = templates[(i // len(KINDS) + kind_index) % len(templates)]
             messages.append(make_message(rng, kind, template))
         i += 1
     return messages

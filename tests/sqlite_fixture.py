@@ -41,6 +41,8 @@ from typing import Any, Literal
 
 import zstandard
 
+from tests.fixture_paths import shared_dir
+
 Shape = Literal["early", "v19", "v23", "v24"]
 SHAPES: tuple[Shape, ...] = ("early", "v19", "v23", "v24")
 # (user_version, app_version) per shape; 2026.8.1-9.4 = 19, 9.6 = 23, 9.7 = 24 (openclaw-transcripts.md)
@@ -50,8 +52,9 @@ SHAPE_VERSIONS: dict[Shape, tuple[int, str]] = {
     "v23": (23, "2026.9.6"),
     "v24": (24, "2026.9.7"),
 }
-FIXTURE_SESSIONS = (Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "openclaw" / "zapabob-main"
-                    / "sessions")
+_SHARED = shared_dir()
+FIXTURE_SESSIONS = (_SHARED / "fixtures" / "openclaw" / "zapabob-main" / "sessions" if _SHARED
+                    else Path("/nonexistent/shared/fixtures"))
 
 # Schema 23's compression rule (agent-schema-history.md): UTF-8 events from 1 KiB through 4 MiB,
 # only when the frame plus its navigation metadata saves at least 64 bytes and 10 percent.
@@ -690,7 +693,7 @@ def decode_event_row(event_json: str | None, event_zstd: bytes | None) -> bytes:
     if event_json is not None:
         return event_json.encode("utf-8")
     assert event_zstd is not None
-    return zstandard.ZstdDecompressor().decompress(event_zstd)
+    return zstandard.ZstdDecompressor().decompressobj().decompress(event_zstd)  # with or without content size
 
 
 def event_id_of(data: bytes) -> str | None:

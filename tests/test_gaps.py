@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import sys
@@ -181,6 +182,7 @@ async def test_reset_with_older_state_records_one_gap_and_runs_hook_once(
     record = store.get(GapKey("main", "s-1", ended))
     assert record is not None and record.is_open
     assert (record.hook_attempts, record.last_hook_status, record.next_attempt_at) == (1, "ok", None)
+    assert record == dataclasses.replace(gap, hook_attempts=1, last_hook_status="ok", next_attempt_at=None)
 
 
 async def test_state_newer_than_session_end_is_no_gap(tmp_path: Path, store: GapStore, hook_script: Path) -> None:

@@ -8,6 +8,7 @@ import json
 import os
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -72,8 +73,17 @@ def _request(config: Config, url: str, body: dict[str, Any] | None = None) -> An
 
 def cmd_run(config: Config, once: bool) -> int:
     from veritas_watch.daemon import Daemon
+    from veritas_watch.sinks.embed import EmbedderError
+    from veritas_watch.sinks.store import StoreError
 
-    return asyncio.run(Daemon(config, once=once).run())
+    try:
+        return asyncio.run(Daemon(config, once=once).run())
+    except EmbedderError as exc:
+        print(f"veritas-watch: embedding model error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except StoreError as exc:
+        print(f"veritas-watch: store error: {exc}", file=sys.stderr)
+        return 1
 
 
 def _open_offline(config: Config) -> tuple[Any, Any]:
@@ -151,7 +161,7 @@ def cmd_status(config: Config, args: argparse.Namespace) -> int:
 def _export_lines(config: Config, agent: str | None) -> Iterator[str]:
     base = running_daemon(config)
     if base is not None:
-        query = f"?agent={urllib.request.quote(agent)}" if agent else ""
+        query = f"?agent={urllib.parse.quote(agent)}" if agent else ""
         with _request(config, base + "/export" + query) as response:
             for raw in response:
                 if raw.strip():

@@ -10,6 +10,7 @@ import contextlib
 import os
 import secrets
 import signal
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from veritas_watch.openclaw import iter_agents
 from veritas_watch.pipeline import CommitBatch, SessionState, Sink, Transformed, Work, make_points, transform_records
 from veritas_watch.sinks.embed import Embedder, load_embedder
 from veritas_watch.sinks.factory import open_store
-from veritas_watch.sinks.store import SCHEMA_VERSION, StoredPoint, StoreMeta
+from veritas_watch.sinks.store import SCHEMA_VERSION, Store, StoredPoint, StoreError, StoreMeta
 from veritas_watch.sources.cursors import CursorStore, FileCursor
 from veritas_watch.sources.jsonl import JsonlTailer, ReadUnit, TrackedFile
 from veritas_watch.sources.watch import ChangeWatcher
@@ -57,7 +58,10 @@ class Runtime:
     redact_key: bytes
 
 
-def open_runtime(config: Config, commit: CommitBatch) -> Runtime:
+StoreWrapper = Callable[[Store], Store]
+
+
+def open_runtime(config: Config, commit: CommitBatch, wrap_store: StoreWrapper | None = None) -> Runtime:
     data_dir = config.data_dir
     data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     emb = config.embedding
@@ -72,6 +76,8 @@ def open_runtime(config: Config, commit: CommitBatch) -> Runtime:
 
     store = open_store(config.store.url, config.store.api_key, config.store.collection, config.store.timeout,
                        data_dir, meta, reembed)
+    if wrap_store is not None:
+        store = wrap_store(store)  # tests inject faults here (store down, disk full)
     pipe = config.pipeline
     sink = Sink(store, embedder, commit, batch_size=pipe.batch_size, linger_ms=pipe.linger_ms,
                 queue_size=pipe.queue_size,
@@ -83,10 +89,10 @@ def open_runtime(config: Config, commit: CommitBatch) -> Runtime:
 
 
 class Daemon:
-    def __init__(self, config: Config, *, once: bool = False, progress: Callable[[int, int], None] | None = None):
+    def __init__(self, config: Config, *, once: bool = False, wrap_store: StoreWrapper | None = None):
         self.config = config
+        self.wrap_store = wrap_store
         self.once = once  # backfill: one pass over everything, then exit
-        self.progress = progress
         self.stop_event = asyncio.Event()
         self.hint = asyncio.Event()
         self.notifier = sdnotify.SystemdNotifier()
@@ -102,7 +108,7 @@ class Daemon:
         state_dir = self.config.state_dir
         if not state_dir.is_dir():
             log.warning("state_dir_missing", path=str(state_dir), hint="waiting for OpenClaw to create it")
-        self.rt = await asyncio.to_thread(open_runtime, self.config, self.commit_batch)
+        self.rt = await self._open_with_retry()
         rt = self.rt
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_stop_signal)
@@ -123,6 +129,8 @@ class Daemon:
         tasks = [asyncio.create_task(self._sweep_loop(), name="sweep")]
         if not self.once:
             tasks.append(asyncio.create_task(self._housekeeping(), name="housekeeping"))
+        elif sys.stderr.isatty():
+            tasks.append(asyncio.create_task(self._progress_bar(), name="progress"))
         try:
             await self.stop_event.wait()
         finally:
@@ -149,6 +157,22 @@ class Daemon:
             rt.cursors.close()
             log.info("daemon_stopped", drained=drained, stored=rt.sink.stats.stored)
         return 0
+
+    async def _open_with_retry(self) -> Runtime:
+        """A Qdrant server that is down at start-up is waited for; an embedded store error is final."""
+        delay = self.config.pipeline.retry_initial
+        attempt = 0
+        while True:
+            try:
+                return await asyncio.to_thread(open_runtime, self.config, self.commit_batch, self.wrap_store)
+            except StoreError as exc:
+                if not self.config.store.url:
+                    raise
+                attempt += 1
+                log.error("store_retry", attempt=attempt, backoff_s=round(delay, 2), error=str(exc)[:300],
+                          phase="open")
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.config.pipeline.retry_max)
 
     def _on_stop_signal(self) -> None:
         self._signals += 1
@@ -278,6 +302,23 @@ class Daemon:
                          per_s=round((sink.stats.stored - last_stored) / elapsed, 2),
                          skipped=sum(sink.stats.skipped.values()), backlog_bytes=self.backlog_bytes())
                 last_summary, last_stored = time.monotonic(), sink.stats.stored
+
+    async def _progress_bar(self) -> None:
+        """Backfill on a terminal: bytes read and committed out of all transcript bytes seen."""
+        assert self.rt is not None
+        try:
+            while True:
+                await asyncio.sleep(0.5)
+                files = self.rt.tailer.files.values()
+                total = sum(t.size for t in files) or 1
+                done = sum(min(t.committed.offset, t.size) for t in files)
+                width = 30
+                filled = int(width * done / total)
+                sys.stderr.write(f"\rbackfill [{'#' * filled}{'.' * (width - filled)}] {100 * done / total:5.1f}% "
+                                 f"{len(files)} files, {self.rt.sink.stats.stored} entries stored")
+                sys.stderr.flush()
+        finally:
+            sys.stderr.write("\n")
 
     # -- status ------------------------------------------------------------------------------------
 

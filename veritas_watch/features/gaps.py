@@ -46,7 +46,19 @@ The other reading (end of day) would hide exactly the incident this module exist
 
 Comparison: a session is in gap when ``state_time < ended_at - tolerance`` (default 2 min).
 The tolerance absorbs the normal in-session sync: the agent writes STATE.md, then sends its
-final reply a little later, and minute-precision stamps truncate up to 59 s.
+final reply a little later, and minute-precision stamps truncate up to 59 s. The gap closes
+when the same comparison flips (checked on every `tick`).
+
+The on_gap hook
+---------------
+An argv list, run without a shell, its own process group, stdin closed, the daemon's cwd and
+environment. Placeholders, substituted inside each element (a value never becomes a second
+argument and is never re-parsed): ``{agent}``, ``{session_id}``, ``{transcript}``,
+``{ended_at}`` (ISO UTC, ms, ``Z``), ``{workspace}``, ``{state_time}`` (STATE.md's last event
+when the gap was found, ISO UTC; empty when STATE.md is missing). ``{{``/``}}`` are literal
+braces. The program (element 0) must be literal. Exit 0 is success; a non-zero exit, a
+timeout (the group gets SIGTERM, then SIGKILL) or a failure to start is retried with capped
+exponential backoff until the gap closes. A successful hook is not run again for that gap.
 """
 
 from __future__ import annotations
@@ -648,13 +660,13 @@ class GapDetector:
         state = await self._state_time(workspace)
         if self._covers(state, key.ended_at):
             return None
-        now = self._clock()
+        now = _to_millis(self._clock())  # the store keeps milliseconds: return what it holds
         gap = Gap(
             agent_id=agent_id,
             session_id=session_id,
             transcript=transcript,
             ended_at=key.ended_at,
-            state_time=state,
+            state_time=None if state is None else _to_millis(state),
             workspace=workspace,
             detected_at=now,
             next_attempt_at=now if self._hook else None,
@@ -709,7 +721,7 @@ class GapDetector:
                 if await self._close_if_covered(gap, now, cache):
                     continue
                 due = gap.next_attempt_at is not None and gap.next_attempt_at <= now
-                if self._hook and due:
+                if self._hook and due and gap.key not in self._tasks:
                     self._schedule(gap.key, due_by=now)
             except Exception:
                 self._log.exception("gap_tick_error", agent=gap.agent_id, session=gap.session_id)
@@ -812,7 +824,7 @@ class GapDetector:
         async with lock, self._hook_slots:
             # Re-read under the lock: while this task waited, another run may have finished.
             gap = self._store.get(key)
-            if gap is None or not gap.is_open:
+            if gap is None or not gap.is_open or gap.next_attempt_at is None or gap.next_attempt_at > due_by:
                 return
             if await self._close_if_covered(gap, self._clock()):
                 return

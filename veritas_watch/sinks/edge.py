@@ -11,6 +11,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import qdrant_edge as qe
+from qdrant_edge import ConditionType
 
 from veritas_watch.sinks.store import (
     DENSE,
@@ -29,15 +30,14 @@ from veritas_watch.sinks.store import (
 
 
 def _filter(query: SearchQuery) -> qe.Filter | None:
-    must: list[qe.FieldCondition] = []
-    for name, kind, value in filter_conditions(query):
-        if kind == "eq":
-            must.append(qe.FieldCondition(name, match=qe.MatchValue(value)))
-        elif kind == "any":
-            must.append(qe.FieldCondition(name, match=qe.MatchAny(value)))
-        else:
-            gte, lte = value  # type: ignore[misc]
-            must.append(qe.FieldCondition(name, range=qe.RangeFloat(gte=gte, lte=lte)))
+    must: list[ConditionType] = []
+    for c in filter_conditions(query):
+        if c.equals is not None:
+            must.append(qe.FieldCondition(c.field, match=qe.MatchValue(c.equals)))
+        elif c.any_of is not None:
+            must.append(qe.FieldCondition(c.field, match=qe.MatchAny(c.any_of)))
+        elif c.between is not None:
+            must.append(qe.FieldCondition(c.field, range=qe.RangeFloat(gte=c.between[0], lte=c.between[1])))
     return qe.Filter(must=must) if must else None
 
 
@@ -113,7 +113,7 @@ class EdgeStore:
                     qe.Prefetch(limit=query.prefetch, query=dense, filter=flt),
                     qe.Prefetch(limit=query.prefetch, query=sparse, filter=flt),
                 ],
-                query=qe.Fusion.Rrf(k=query.rrf_k),
+                query=qe.Fusion.Rrf(k=query.rrf_k),  # type: ignore[arg-type]  # the stub omits nested classes
                 filter=flt,
                 with_payload=True,
             )
@@ -133,7 +133,7 @@ class EdgeStore:
     def scroll(self, agent_id: str | None = None, with_vectors: bool = False,
                page: int = 256) -> Iterator[tuple[str, dict[str, object], StoredPoint | None]]:
         flt = _filter(SearchQuery(agent_id=agent_id, limit=page))
-        offset: object = None
+        offset: qe.PointId | None = None
         while True:
             records, offset = self._shard.scroll(
                 qe.ScrollRequest(offset=offset, limit=page, filter=flt, with_payload=True, with_vector=with_vectors)
@@ -142,11 +142,12 @@ class EdgeStore:
                 payload = _payload(r.payload)
                 point = None
                 if with_vectors and isinstance(r.vector, dict):
-                    sparse = r.vector.get(SPARSE)
+                    dense, sparse = r.vector.get(DENSE), r.vector.get(SPARSE)
                     point = StoredPoint(
                         str(r.id),
-                        list(r.vector.get(DENSE) or []),
-                        SparseVector(tuple(sparse.indices), tuple(sparse.values)) if sparse else SparseVector((), ()),
+                        [float(x) for x in dense] if isinstance(dense, list) else [],  # type: ignore[arg-type]
+                        SparseVector(tuple(sparse.indices), tuple(sparse.values))
+                        if isinstance(sparse, qe.SparseVector) else SparseVector((), ()),
                         payload,
                     )
                 yield str(r.id), payload, point

@@ -30,14 +30,13 @@ from veritas_watch.sinks.store import (
 
 def _filter(query: SearchQuery) -> models.Filter | None:
     must: list[Any] = []
-    for name, kind, value in filter_conditions(query):
-        if kind == "eq":
-            must.append(models.FieldCondition(key=name, match=models.MatchValue(value=value)))  # type: ignore[arg-type]
-        elif kind == "any":
-            must.append(models.FieldCondition(key=name, match=models.MatchAny(any=value)))  # type: ignore[arg-type]
-        else:
-            gte, lte = value  # type: ignore[misc]
-            must.append(models.FieldCondition(key=name, range=models.Range(gte=gte, lte=lte)))
+    for c in filter_conditions(query):
+        if c.equals is not None:
+            must.append(models.FieldCondition(key=c.field, match=models.MatchValue(value=c.equals)))
+        elif c.any_of is not None:
+            must.append(models.FieldCondition(key=c.field, match=models.MatchAny(any=c.any_of)))
+        elif c.between is not None:
+            must.append(models.FieldCondition(key=c.field, range=models.Range(gte=c.between[0], lte=c.between[1])))
     return models.Filter(must=must) if must else None
 
 

@@ -115,20 +115,26 @@ def meta_path(store_dir: Path) -> Path:
     return store_dir / "veritas-meta.json"
 
 
-def filter_conditions(query: SearchQuery) -> list[tuple[str, str, object]]:
-    """The query's filter as plain (field, kind, value) triples; each backend maps them to its types.
+@dataclass(frozen=True, slots=True)
+class Condition:
+    """One filter condition in backend-neutral form; each backend maps it to its own types."""
 
-    kind is "eq" (one value), "any" (a list) or "range" (a (gte, lte) pair).
-    """
-    conditions: list[tuple[str, str, object]] = []
+    field: str
+    equals: str | None = None
+    any_of: list[str] | list[int] | None = None
+    between: tuple[float | None, float | None] | None = None
+
+
+def filter_conditions(query: SearchQuery) -> list[Condition]:
+    conditions: list[Condition] = []
     if query.agent_id is not None:
-        conditions.append(("agent_id", "eq", query.agent_id))
+        conditions.append(Condition("agent_id", equals=query.agent_id))
     if query.session_id is not None:
-        conditions.append(("session_id", "eq", query.session_id))
+        conditions.append(Condition("session_id", equals=query.session_id))
     if query.roles:
-        conditions.append(("role", "any", list(query.roles)))
+        conditions.append(Condition("role", any_of=list(query.roles)))
     if query.positions:
-        conditions.append(("position", "any", list(query.positions)))
+        conditions.append(Condition("position", any_of=list(query.positions)))
     if query.since is not None or query.until is not None:
-        conditions.append(("ts", "range", (query.since, query.until)))
+        conditions.append(Condition("ts", between=(query.since, query.until)))
     return conditions

@@ -620,14 +620,28 @@ class SqliteTranscriptReader:
             return "rows_changed"
         if cursor.row_count == 0:
             return None
-        # The same generation and nothing new: the watermark vouches for the rows. Otherwise (no
-        # watermark, or rows were appended) check that the last consumed row is still the same event.
-        if generation is not None and generation == cursor.generation and max_seq < cursor.next_seq:
-            return None
-        last = self._row_at(conn, snap.shape, sid, cursor.next_seq - 1)
-        if last is None or last.key != cursor.last_event_id:
+        # Belt and braces for a writer that did not rotate the watermark (or a schema without one):
+        # the last consumed row must still be the same event.
+        if not self._same_event_at(conn, snap.shape, sid, cursor.next_seq - 1, cursor.last_event_id):
             return "event_changed"
         return None
+
+    def _same_event_at(self, conn: sqlite3.Connection, shape: _Shape, sid: str, seq: int,
+                       expected: str | None) -> bool:
+        """Whether the row at `seq` is the event `expected` names. Cheap first: SQLite extracts the
+        `id` of a plain row without shipping its body; only a miss is confirmed by a full decode (so
+        a quirk of SQLite's JSON can cost a decode, never a spurious rewalk)."""
+        if "event_json" in shape.events_cols:
+            rows = conn.execute(
+                "SELECT CASE WHEN event_json IS NOT NULL AND json_valid(event_json)"
+                " AND json_type(event_json, '$.id') = 'text' THEN json_extract(event_json, '$.id') END"
+                " FROM transcript_events WHERE session_id = ? AND seq = ?", (sid, seq)).fetchall()
+            if not rows:
+                return False
+            if expected is not None and _text(rows[0][0]) == expected:
+                return True
+        row = self._row_at(conn, shape, sid, seq)
+        return row is not None and row.key == expected
 
     def _forget(self, sid: str) -> None:
         for key in [k for k in self._headers if k[0] == sid]:

@@ -67,7 +67,12 @@ def chunk_spans(text: str, max_chars: int = DEFAULT_MAX_CHARS, overlap: int = DE
     spans: list[tuple[int, int]] = []
     for lo, hi in windows:
         lo, hi = _trim(text, lo, hi)
-        if lo < hi:
+        if lo >= hi:
+            continue
+        if spans and spans[-1][0] == lo:
+            # Only whitespace between the two window starts: the earlier span is inside this one.
+            spans[-1] = (lo, hi)
+        else:
             spans.append((lo, hi))
     return tuple(spans)
 
@@ -104,11 +109,16 @@ def _after_closers(text: str, end: int, limit: int) -> int:
     return end
 
 
+def _splits_cluster(text: str, i: int) -> bool:
+    """True if a cut before `text[i]` would separate a character from its combining mark or joiner."""
+    return 0 < i < len(text) and (
+        unicodedata.combining(text[i]) != 0 or text[i] in _JOINERS or text[i - 1] in _JOINERS
+    )
+
+
 def _safe_cut(text: str, cut: int, earliest: int) -> int:
     """Move a hard cut back so it does not split a base character from its combining marks or joiners."""
-    while cut > earliest and (
-        unicodedata.combining(text[cut]) or text[cut] in _JOINERS or text[cut - 1] in _JOINERS
-    ):
+    while cut > earliest and _splits_cluster(text, cut):
         cut -= 1
     return cut
 
@@ -117,10 +127,13 @@ def _next_start(text: str, target: int, end: int) -> int:
     """Start of the next window: `target`, moved forward to a word/sentence start within reach."""
     reach = min(end, target + max(1, (end - target) // 4))
     for i in range(target, reach):
-        char = text[i - 1] if i > 0 else ""
-        if char.isspace() or char in _SENTENCE_END_CJK or char in _CLAUSE_MARKS:
+        char = text[i - 1]
+        if (char.isspace() or char in _SENTENCE_END_CJK or char in _CLAUSE_MARKS) and not _splits_cluster(text, i):
             return i
-    return target
+    start = target
+    while start < end - 1 and _splits_cluster(text, start):
+        start += 1
+    return start
 
 
 def _trim(text: str, lo: int, hi: int) -> tuple[int, int]:

@@ -475,6 +475,9 @@ def _trim(text: str, start: int, end: int) -> tuple[int, int]:
     return start, end
 
 
+_QUERY_NEXT_RE = re.compile(r"&[A-Za-z_][A-Za-z0-9_.\-]*=")
+
+
 def _extract_assignment(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
     name = m.group("name")
     if not is_secret_name(name):
@@ -484,6 +487,9 @@ def _extract_assignment(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
         return None
     start, end, quoted = qv
     if not quoted:
+        query = _QUERY_NEXT_RE.search(text, start, end)  # ?api_key=...&format=json
+        if query:
+            end = query.start()
         start, end = _trim(text, start, end)
     value = text[start:end]
     last = re.split(r"[.:]", name)[-1]
@@ -837,10 +843,10 @@ _CONTEXT_RULES: tuple[Rule, ...] = (
 _ASSIGNMENT_RE = (
     r"(?<![A-Za-z0-9_.$\-])(?P<name>[A-Za-z_][A-Za-z0-9_.\-]{0,80}?"
     r"(?i:key|token|secret|passw(?:or)?d|passphrase|pwd|pass|auth|credentials?|creds?|pat)[A-Za-z0-9_]{0,40})"
-    r"[\"']?[ \t]*(?::=|=>|=|:|：)[ \t]*"
+    r"(?:\\?[\"'])?[ \t]*(?::=|=>|=|:|：)[ \t]*\\?"
     # a quoted value may be wrapped by a terminal onto following lines of base64
-    r"(?:(?P<q>[\"'`])(?P<qv>[^\"'`\n]{1,1024}?(?:\r?\n[A-Za-z0-9+/=_\-.]{1,1024}?)*)(?P=q)|"
-    r"[\"'`]?(?P<v>[^\s\"'`,;<>]{1,1024}))"
+    r"(?:(?P<q>[\"'`])(?P<qv>[^\"'`\n]{1,1024}?(?:\r?\n[A-Za-z0-9+/=_\-.]{1,1024}?)*)\\?(?P=q)|"
+    r"[\"'`]?(?P<v>[^\s\"'`,;<>\\]{1,1024}))"
 )
 _CLI_FLAG_RE = (
     r"(?<![\w\-])--?(?P<name>(?i:api[-_]?key|access[-_]token|auth[-_]token|token|password|passwd|secret|"
@@ -857,7 +863,12 @@ _URL_CREDENTIALS_RE = (
 )
 _CURL_USER_RE = r"(?<![\w\-])(?:-u|--user)[ \t]+[\"']?(?P<user>[^\s:\"']{1,64}):(?P<secret>[^\s\"']{1,256})"
 
-_CUE_SEP = r"(?:\s+(?:is|was|are|would\s+be|will\s+be|should\s+be|set\s+to|changed\s+to)\b\s*[:：]?|\s*(?:是|为|為)\s*[:：]?|\s*[:：=＝]|\s*=>|\s*->)[ \t\u3000]*"
+# "password is", "密钥是", "key:", "令牌记下来：" (a few CJK words may sit between cue and colon)
+_CUE_SEP = (
+    r"(?:[\u4e00-\u9fff]{1,6}?)?"
+    r"(?:\s+(?:is|was|are|would\s+be|will\s+be|should\s+be|set\s+to|changed\s+to)\b\s*[:：]?|"
+    r"\s*(?:是|为|為)\s*[:：]?|\s*[:：=＝]|\s*=>|\s*->)[ \t\u3000]*(?:\r?\n[ \t]*)?"
+)
 _CUE_VALUE = r"(?P<q>[`\"'“‘「『]?)(?P<value>[!-~]{1,256})"
 _TARGET = r"(?:\s+(?:for|of|to|on)\s+(?P<target>[^\n:=,;。，：]{1,40}?))?"
 

@@ -1,0 +1,150 @@
+"""Ingestion benchmark: latency, backfill throughput vs the raw embedder, peak RSS, idle CPU.
+
+    .venv/bin/python bench/ingest.py [--messages 40] [--entries 2000] [--idle-seconds 60]
+
+Everything is measured in one run on the same corpus (LoCoMo turns when ../shared is present,
+else generated sentences), so ratios are comparable even on a noisy shared machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.daemon_harness import SHARED, DaemonProcess, header, message, wait_for  # noqa: E402
+from veritas_watch.sinks.embed import load_embedder  # noqa: E402
+
+
+def corpus(n: int) -> list[str]:
+    locomo = SHARED / "fixtures" / "locomo" / "locomo10-dev.json"
+    texts: list[str] = []
+    if locomo.exists():
+        for sample in json.loads(locomo.read_text()):
+            conv = sample["conversation"]
+            for key in sorted(k for k in conv if k.startswith("session_") and not k.endswith("date_time")):
+                texts.extend(turn["text"] for turn in conv[key] if turn.get("text"))
+    while len(texts) < n:
+        texts.append(f"Generated note {len(texts)}: the agent moved the deploy window to Thursday at {len(texts) % 24}h.")
+    return texts[:n]
+
+
+def write_sessions(sessions: Path, texts: list[str], per_file: int) -> None:
+    sessions.mkdir(parents=True, exist_ok=True)
+    for start in range(0, len(texts), per_file):
+        sid = f"bench-{start // per_file:04d}"
+        with open(sessions / f"{sid}.jsonl", "wb") as out:
+            out.write(header(sid))
+            for i, text in enumerate(texts[start:start + per_file]):
+                out.write(message(f"e{start + i}", "user" if i % 2 == 0 else "assistant", text))
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def bench_latency(root: Path, n: int) -> list[float]:
+    state, data = root / "lat-state", root / "lat-data"
+    sessions = state / "agents" / "bench" / "sessions"
+    sessions.mkdir(parents=True)
+    live = sessions / "latency.jsonl"
+    live.write_bytes(header("latency"))
+    latencies = []
+    daemon = DaemonProcess(state, data).start()
+    try:
+        daemon.wait_idle()
+        for i in range(n):
+            token = f"zqx{i:05d}marker"
+            started = time.perf_counter()
+            with open(live, "ab") as out:
+                out.write(message(f"lat{i}", "user", f"Latency probe {token} about the harbour lights"))
+            wait_for(lambda t=token: any(t in (h["text"] or "") for h in daemon.post(
+                "/search", {"agent_id": "bench", "query": t, "limit": 3, "mode": "sparse"})), timeout=60,
+                interval=0.005, what="probe searchable")
+            latencies.append(time.perf_counter() - started)
+            time.sleep(0.2)
+    finally:
+        daemon.stop()
+    return latencies
+
+
+def bench_backfill(root: Path, texts: list[str]) -> tuple[float, float]:
+    state, data = root / "bf-state", root / "bf-data"
+    write_sessions(state / "agents" / "bench" / "sessions", texts, per_file=100)
+    started = time.perf_counter()
+    daemon = DaemonProcess(state, data).start("backfill")
+    assert daemon.proc is not None
+    code = daemon.proc.wait(timeout=7200)
+    elapsed = time.perf_counter() - started
+    assert code == 0, daemon.log_text()[-2000:]
+    peak_rss_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    stopped = [e for e in daemon.log_events() if e.get("event") == "daemon_stopped"]
+    stored = stopped[-1]["stored"]
+    return stored / elapsed, peak_rss_mb
+
+
+def bench_raw_embedder(texts: list[str], batch: int = 64) -> float:
+    embedder = load_embedder()
+    started = time.perf_counter()
+    for start in range(0, len(texts), batch):
+        embedder.embed_passages(texts[start:start + batch])
+    return len(texts) / (time.perf_counter() - started)
+
+
+def bench_idle(root: Path, files: int, seconds: float) -> float:
+    state, data = root / "idle-state", root / "idle-data"
+    sessions = state / "agents" / "idle" / "sessions"
+    write_sessions(sessions, [f"idle file text {i}" for i in range(files)], per_file=1)
+    daemon = DaemonProcess(state, data).start()
+    try:
+        daemon.wait_idle()
+        assert daemon.proc is not None
+        before = cpu_seconds(daemon.proc.pid)
+        time.sleep(seconds)
+        return 100 * (cpu_seconds(daemon.proc.pid) - before) / seconds
+    finally:
+        daemon.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--messages", type=int, default=40, help="single messages for the latency probe")
+    parser.add_argument("--entries", type=int, default=2000, help="entries in the backfill corpus")
+    parser.add_argument("--idle-seconds", type=float, default=60.0)
+    parser.add_argument("--idle-files", type=int, default=100)
+    args = parser.parse_args()
+    texts = corpus(args.entries)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        latencies = bench_latency(root, args.messages)
+        raw_rate = bench_raw_embedder(texts)
+        pipeline_rate, rss = bench_backfill(root, texts)
+        idle_cpu = bench_idle(root, args.idle_files, args.idle_seconds)
+    print("| measure | value |")
+    print("|---|---|")
+    print(f"| append-to-searchable latency p50 / p95 / p99 ({len(latencies)} messages) | "
+          f"{1000 * statistics.median(latencies):.0f} / {1000 * percentile(latencies, 0.95):.0f} / "
+          f"{1000 * percentile(latencies, 0.99):.0f} ms |")
+    print(f"| backfill throughput ({len(texts)} entries) | {pipeline_rate:.1f} entries/s |")
+    print(f"| raw embedder, same texts, batch 64 | {raw_rate:.1f} texts/s |")
+    print(f"| pipeline efficiency (backfill / raw embedder) | {pipeline_rate / raw_rate:.2f} |")
+    print(f"| peak RSS of the daemon during backfill | {rss:.0f} MB |")
+    print(f"| idle CPU, {args.idle_files} watched files, {args.idle_seconds:.0f} s | {idle_cpu:.2f} % of one core |")
+
+
+if __name__ == "__main__":
+    main()
