@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -41,7 +43,7 @@ def test_long_english_breaks_at_paragraphs_then_sentences() -> None:
     for chunk in chunks:
         assert len(chunk.text) <= 1000
         assert chunk.text.endswith(".")  # every cut landed on a sentence or paragraph end
-    for left, right in zip(chunks, chunks[1:], strict=False):
+    for left, right in itertools.pairwise(chunks):
         assert right.text[:40] in left.text  # consecutive chunks overlap
 
 

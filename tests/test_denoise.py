@@ -177,7 +177,9 @@ def test_delivery_mirrors(model: str, text: str) -> None:
     "line",
     [
         user("Injected agent announcement", provenance_kind="inter_session"),
-        user("Recalled snippet that must not loop.", provenance_kind="internal_system", provenance_source="memory_search"),
+        user(
+            "Recalled snippet that must not loop.", provenance_kind="internal_system", provenance_source="memory_search"
+        ),
         user("Reply with exactly: Yay!", provenance_kind="internal_system", provenance_source="restart-sentinel"),
         user("[Inter-session message] sourceTool=subagent_announce"),
     ],
@@ -262,7 +264,9 @@ def test_cron_prompts() -> None:
 
 def test_scheduled_prompts_recognised_by_the_runtime_time_trailer() -> None:
     assert skipped(clean_message(user(CUSTOM_HEARTBEAT_PROMPT))) == "scheduled_prompt"
-    newer_trailer = "Check the garden sensors.\nCurrent time: Thursday 10:00 (Europe/Paris)\nReference UTC: 2026-04-30 08:00 UTC"
+    newer_trailer = (
+        "Check the garden sensors.\nCurrent time: Thursday 10:00 (Europe/Paris)\nReference UTC: 2026-04-30 08:00 UTC"
+    )
     assert skipped(clean_message(user(newer_trailer))) == "scheduled_prompt"
     # The same words typed by a person through a channel stay conversation.
     typed = SENDER_TUI + "[Thu 2026-03-12 10:00 GMT+9] " + newer_trailer
@@ -289,7 +293,9 @@ def test_system_lines_alone_are_skipped_and_stripped_before_real_text() -> None:
         "System: [2026-03-12 10:42:13 GMT+9] Exec failed (fresh-fo, code 1)"
     )
     assert skipped(clean_message(user(only_events))) == "system_line"
-    assert skipped(clean_message(user("x", provenance_kind="internal_system", provenance_source="exec"))) == "system_line"
+    assert (
+        skipped(clean_message(user("x", provenance_kind="internal_system", provenance_source="exec"))) == "system_line"
+    )
     with_text = (
         "System: [2026-03-12 10:01:21 GMT+9] Exec completed (ember-ti, code 0) :: "
         "C:\\Users\\downl\\.openclaw\\workspace\\memory\\2026-03-12-0031.md\n\n"
@@ -301,7 +307,8 @@ def test_system_lines_alone_are_skipped_and_stripped_before_real_text() -> None:
 
 def test_queued_banner_alone_is_skipped_and_queued_messages_are_kept() -> None:
     assert skipped(clean_message(user("[Queued messages while agent was busy]\n\n---\nQueued #1\n"))) == "queued_banner"
-    queued = "[Queued messages while agent was busy]\n\n---\nQueued #1\n" + LINE_INBOUND + "君は珀杏って名前だよ覚えておいて"
+    banner = "[Queued messages while agent was busy]\n\n---\nQueued #1\n"
+    queued = banner + LINE_INBOUND + "君は珀杏って名前だよ覚えておいて"
     assert kept(clean_message(user(queued))) == "君は珀杏って名前だよ覚えておいて"
     two = (
         "[Queued messages while agent was busy]\n\n---\nQueued #1\n" + LINE_INBOUND + "珀杏"
@@ -348,7 +355,10 @@ def test_silent_replies() -> None:
         "I should reply with HEARTBEAT_OK.\nNO_REPLY"
     )
     assert skipped(clean_message(assistant(said(trailing)))) == "no_reply"
-    leaked = "とにかく、メッセージは送信成功したのでこれで good です。NO_REPLY で終わるべきですが、まずは通常の返信をしてから"
+    leaked = (
+        "とにかく、メッセージは送信成功したのでこれで good です。"
+        "NO_REPLY で終わるべきですが、まずは通常の返信をしてから"
+    )
     assert skipped(clean_message(assistant(said(leaked)))) == "no_reply"
 
 
@@ -393,7 +403,8 @@ def test_every_old_metadata_label(label: str) -> None:
 def test_new_marker_form_fenced_unfenced_and_trailing() -> None:
     fenced = (
         "[Wed 2026-09-09 23:19 GMT+8] Conversation info: ⟦openclaw:ctx⟧\n```json\n"
-        '{"sender":{"id":"529296776637972480","name":"烤雞堡","username":"wei840222"}}\n```\n\n進入 inventory 模式先 scan吧'
+        '{"sender":{"id":"529296776637972480","name":"烤雞堡","username":"wei840222"}}\n```\n\n'
+        "進入 inventory 模式先 scan吧"
     )
     assert kept(clean_message(user(fenced))) == "進入 inventory 模式先 scan吧"
     unfenced = "Chat history since last reply: ⟦openclaw:ctx⟧\n#1 Alice: hi\n#2 Bob: yo\n\nWhat did Bob say?"
@@ -486,7 +497,7 @@ def test_detection_text_covers_tool_traffic() -> None:
 def test_skip_reasons_are_the_literal_and_the_constants() -> None:
     assert set(typing.get_args(denoise.SkipReason)) == SKIP_REASONS
     constants = {value for name, value in vars(denoise).items() if name.isupper() and isinstance(value, str)}
-    assert SKIP_REASONS <= constants
+    assert constants >= SKIP_REASONS
 
 
 # ---- the real transcripts ---------------------------------------------------------------------------
@@ -528,7 +539,7 @@ FORBIDDEN_IN_KEPT = (
     "System: [",
     "<tool_call>",
     "Current time:",
-    "```json\n{\n  \"label\"",
+    '```json\n{\n  "label"',
 )
 
 
@@ -571,7 +582,7 @@ def test_real_fixtures_keep_conversation_and_drop_the_noise() -> None:
         for forbidden in FORBIDDEN_IN_KEPT:
             assert forbidden not in text, (forbidden, text[:200])
     user_texts = {text for _, _, role, text in kept_entries if role == "user"}
-    assert EXPECTED_USER_TEXTS <= user_texts
+    assert user_texts >= EXPECTED_USER_TEXTS
     assistant_texts = [text for _, _, role, text in kept_entries if role == "assistant"]
     for start in EXPECTED_ASSISTANT_STARTS:
         assert any(text.startswith(start) for text in assistant_texts), start
@@ -579,13 +590,34 @@ def test_real_fixtures_keep_conversation_and_drop_the_noise() -> None:
     # The fixture's own tallies (SOURCE.txt, and the peer scan in the notes) bound what we must see.
     assert counts["tool_result"] == 187
     assert counts["session_reset_prompt"] == 13  # the notes' "13 /new start-up prompts"
-    for reason in ("heartbeat_poll", "heartbeat_ack", "background_reply", "scheduled_prompt", "delivery_mirror",
-                   "tool_turn_narration", "tool_only", "media_only", "no_reply", "assistant_error"):
+    for reason in (
+        "heartbeat_poll",
+        "heartbeat_ack",
+        "background_reply",
+        "scheduled_prompt",
+        "delivery_mirror",
+        "tool_turn_narration",
+        "tool_only",
+        "media_only",
+        "no_reply",
+        "assistant_error",
+    ):
         assert counts[reason] > 0, reason
     users = sum(count for reason, count in counts.items() if reason == "kept_user") + sum(
         counts[reason]
-        for reason in ("heartbeat_poll", "scheduled_prompt", "session_reset_prompt", "media_only", "slash_command",
-                       "cron_prompt", "system_line", "queued_banner", "internal_provenance", "empty_after_cleaning",
-                       "external_content", "hidden")
+        for reason in (
+            "heartbeat_poll",
+            "scheduled_prompt",
+            "session_reset_prompt",
+            "media_only",
+            "slash_command",
+            "cron_prompt",
+            "system_line",
+            "queued_banner",
+            "internal_provenance",
+            "empty_after_cleaning",
+            "external_content",
+            "hidden",
+        )
     )
     assert users == 192  # every user line is accounted for: kept or skipped with a user-side reason

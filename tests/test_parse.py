@@ -357,7 +357,7 @@ def test_arbitrary_json_values_never_raise(value: object) -> None:
     assert not (isinstance(result, ParseError) and result.reason == "internal_error"), result
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(_line_like)
 def test_line_shaped_json_never_raises_and_yields_utf8_safe_text(value: dict[str, object]) -> None:
     result = parse_line(_line(value))

@@ -74,6 +74,20 @@ class HttpConfig:
 
 
 @dataclass(frozen=True)
+class GapsConfig:
+    enabled: bool = True
+    on_gap: list[str] = field(default_factory=list)  # argv template; empty: record and log gaps only
+    hook_timeout: float = 300.0
+    timezone: str = ""  # the OpenClaw host's zone for naive STATE.md times; empty: this host's zone
+    tolerance: float = 120.0  # seconds STATE.md may trail the session end without counting as a gap
+    agents: list[str] = field(default_factory=list)  # only these agents; empty: every agent
+    archive_daily_logs: bool = False
+    archive_keep_days: int = 14
+    archive_threshold: int = 30
+    archive_interval: float = 3600.0
+
+
+@dataclass(frozen=True)
 class LogConfig:
     level: str = "info"
     format: str = "auto"  # auto (console on a TTY, JSON otherwise) | json | console
@@ -88,6 +102,7 @@ class Config:
     store: StoreConfig = field(default_factory=StoreConfig)
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
     http: HttpConfig = field(default_factory=HttpConfig)
+    gaps: GapsConfig = field(default_factory=GapsConfig)
     log: LogConfig = field(default_factory=LogConfig)
     source_file: str = ""  # the TOML file read, if any
 
@@ -108,9 +123,10 @@ _CHOICES: dict[str, tuple[str, ...]] = {
 _POSITIVE = {
     "watch.sweep_interval", "watch.poll_interval", "watch.max_line_bytes", "watch.read_chunk_bytes",
     "embedding.chunk_chars", "store.timeout", "pipeline.batch_size", "pipeline.queue_size",
-    "pipeline.retry_initial", "pipeline.retry_max", "log.summary_interval",
+    "pipeline.retry_initial", "pipeline.retry_max", "log.summary_interval", "gaps.hook_timeout",
+    "gaps.archive_keep_days", "gaps.archive_threshold", "gaps.archive_interval",
 }
-_NON_NEGATIVE = {"embedding.threads", "embedding.chunk_overlap", "pipeline.linger_ms"}
+_NON_NEGATIVE = {"embedding.threads", "embedding.chunk_overlap", "pipeline.linger_ms", "gaps.tolerance"}
 
 
 def _coerce(key: str, value: object, kind: Any) -> object:
@@ -139,6 +155,10 @@ def _coerce(key: str, value: object, kind: Any) -> object:
         if isinstance(value, str):
             return value
         raise ConfigError(f"{key}: expected a string, got {value!r}")
+    if kind == list[str]:
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return list(value)
+        raise ConfigError(f"{key}: expected a list of strings, got {value!r}")
     raise ConfigError(f"{key}: unsupported setting")
 
 
@@ -151,6 +171,20 @@ def _check(key: str, value: object) -> None:
         raise ConfigError(f"{key}: expected 0 or more, got {value!r}")
     if key == "http.port" and isinstance(value, int) and not 0 <= value <= 65535:
         raise ConfigError(f"http.port: expected 0..65535, got {value!r}")
+    if key == "gaps.on_gap" and value:
+        from veritas_watch.features.gaps import validate_hook_template
+
+        try:
+            validate_hook_template(value)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    if key == "gaps.timezone":
+        from veritas_watch.features.gaps import resolve_zone
+
+        try:
+            resolve_zone(str(value) or None)
+        except ValueError as exc:
+            raise ConfigError(f"gaps.timezone: {exc}") from None
 
 
 def _build_section(name: str, cls: type[Any], raw: Mapping[str, object]) -> Any:

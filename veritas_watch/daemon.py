@@ -21,6 +21,7 @@ import structlog
 
 from veritas_watch import log as logsetup
 from veritas_watch.config import Config, load_config
+from veritas_watch.features.gap_service import GapService
 from veritas_watch.openclaw import iter_agents
 from veritas_watch.pipeline import CommitBatch, SessionState, Sink, Transformed, Work, make_points, transform_records
 from veritas_watch.sinks.embed import Embedder, load_embedder
@@ -99,6 +100,7 @@ class Daemon:
         self.started = time.time()
         self.rt: Runtime | None = None
         self.watcher: ChangeWatcher | None = None
+        self.gaps: GapService | None = None
         self._signals = 0
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -110,6 +112,7 @@ class Daemon:
             log.warning("state_dir_missing", path=str(state_dir), hint="waiting for OpenClaw to create it")
         self.rt = await self._open_with_retry()
         rt = self.rt
+        self.gaps = GapService.open(self.config)
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_stop_signal)
         loop.add_signal_handler(signal.SIGHUP, self._on_reload)
@@ -147,6 +150,8 @@ class Daemon:
             sink_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await sink_task
+            if self.gaps is not None:
+                await self.gaps.close()
             if http is not None:
                 await http.cleanup()
                 with contextlib.suppress(OSError):
@@ -200,6 +205,8 @@ class Daemon:
         while True:
             try:
                 busy = await self.sweep_once()
+                if self.gaps is not None:
+                    await self.gaps.after_sweep(self.rt.tailer, self.rt.cursors, idle=not busy and self.rt.sink.idle)
             except Exception as exc:  # never let one bad sweep end the daemon
                 log.error("sweep_failed", error=f"{type(exc).__name__}: {exc}")
                 busy = False
@@ -333,8 +340,9 @@ class Daemon:
         stats = self.rt.sink.stats
         rate = stats.stored / max(1.0, time.time() - self.started)
         store = "down" if stats.store_down_since is not None else "ok"
+        gaps = len(self.gaps.open_gaps()) if self.gaps is not None else 0
         return (f"agents={len(agents)} files={len(files)} stored={stats.stored} rate={rate:.1f}/s "
-                f"backlog={self.backlog_bytes()}B queue={self.rt.sink.queue.qsize()} store={store}")
+                f"backlog={self.backlog_bytes()}B queue={self.rt.sink.queue.qsize()} gaps={gaps} store={store}")
 
 
 def _session_from_path(path: str) -> str:

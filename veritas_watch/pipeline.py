@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 import structlog
-from veritas_watch.transforms.redact import redact
 
 from veritas_watch.model import Chunk, Entry, ParseError, RawRecord, SecretFinding, Skip, SourceRef
 from veritas_watch.sinks.embed import Embedder
@@ -31,6 +30,7 @@ from veritas_watch.transforms.denoise import (
     next_turn,
 )
 from veritas_watch.transforms.parse import parse_line
+from veritas_watch.transforms.redact import redact
 from veritas_watch.transforms.tokenize import sparse_document, sparse_query
 
 log = structlog.get_logger()
@@ -161,6 +161,7 @@ class Sink:
         self._store_thread = ThreadPoolExecutor(1, thread_name_prefix="store")
         self._on_store_latency = on_store_latency
         self.stopping = False
+        self._processing = False
         self.heartbeat = time.monotonic()  # advanced by the sink loop itself: the watchdog's signal
 
     async def in_embed_thread(self, fn: Callable[[], T]) -> T:
@@ -176,6 +177,7 @@ class Sink:
                 first = await asyncio.wait_for(self.queue.get(), timeout=1.0)
             except TimeoutError:
                 continue
+            self._processing = True
             batch = [first]
             size = len(first.chunks)
             deadline = time.monotonic() + self._linger
@@ -194,8 +196,14 @@ class Sink:
                     # Ack-then-commit: the cursors move only now, in one transaction, off the loop.
                     await asyncio.to_thread(self._commit_batch, batch)
             finally:
+                self._processing = False
                 for _ in batch:
                     self.queue.task_done()
+
+    @property
+    def idle(self) -> bool:
+        """Nothing queued and nothing being stored."""
+        return self.queue.empty() and not self._processing
 
     async def _store_with_retry(self, chunks: list[Chunk]) -> bool:
         delay = self._retry_initial

@@ -27,6 +27,7 @@ def agents_from_cursors(cursors: Iterable[tuple[FileCursor, int | None]]) -> dic
     for cursor, size in cursors:
         agent = agents.setdefault(cursor.agent_id, {
             "files": 0, "lag_bytes": 0, "last_entry_at": None, "entries_stored": None, "sessions": set(),
+            "open_gaps": 0,
         })
         agent["files"] += 1
         agent["lag_bytes"] += max(0, (size if size is not None else cursor.offset) - cursor.offset)
@@ -52,6 +53,11 @@ async def daemon_status(daemon: Daemon) -> dict[str, Any]:
     agents = agents_from_cursors(tracked)
     await rt.sink.in_store_thread(lambda: count_entries(rt.sink.store, agents))
     stats = rt.sink.stats
+    open_gaps = daemon.gaps.open_gaps() if daemon.gaps is not None else []
+    for gap in open_gaps:
+        agents.setdefault(gap.agent_id, {"files": 0, "lag_bytes": 0, "last_entry_at": None,
+                                         "entries_stored": None, "sessions": 0, "open_gaps": 0})
+        agents[gap.agent_id]["open_gaps"] += 1
     return {
         "running": True,
         "pid": os.getpid(),
@@ -68,6 +74,11 @@ async def daemon_status(daemon: Daemon) -> dict[str, Any]:
         "entries": {"stored": stats.stored, "unchanged": stats.unchanged, "invalid_lines": stats.invalid,
                     "redactions": stats.redactions, "skipped": dict(stats.skipped)},
         "agents": agents,
+        "gaps": [{"agent_id": g.agent_id, "session_id": g.session_id, "transcript": g.transcript,
+                  "ended_at": g.ended_at.isoformat(), "state_time": g.state_time.isoformat() if g.state_time else None,
+                  "hook_attempts": g.hook_attempts, "last_hook_status": g.last_hook_status,
+                  "next_attempt_at": g.next_attempt_at.isoformat() if g.next_attempt_at else None}
+                 for g in open_gaps],
     }
 
 

@@ -1,7 +1,7 @@
 """Embedded store: Qdrant's in-process engine (Qdrant Edge, `qdrant-edge-py`), one shard on disk.
 
 The shard is opened by one process at a time (the daemon); other processes reach it through the
-daemon's HTTP port. All calls come from one worker thread (see `pipeline.StoreWorker`).
+daemon's HTTP port. All calls come from one worker thread (the `pipeline.Sink` store thread).
 """
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import qdrant_edge as qe
-from qdrant_edge import ConditionType
 
 from veritas_watch.sinks.store import (
     DENSE,
@@ -27,6 +27,9 @@ from veritas_watch.sinks.store import (
     StoreMeta,
     filter_conditions,
 )
+
+if TYPE_CHECKING:
+    from qdrant_edge import ConditionType  # a type alias of the stub only
 
 
 def _filter(query: SearchQuery) -> qe.Filter | None:

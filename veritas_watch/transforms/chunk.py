@@ -31,9 +31,7 @@ _CLOSERS: Final = frozenset("」』）)]}〉》】〕'\"’”")
 _JOINERS: Final = frozenset("\u200d\ufe0e\ufe0f")  # ZWJ and variation selectors: never split around them
 
 
-def chunk_entry(
-    entry: Entry, max_chars: int = DEFAULT_MAX_CHARS, overlap: int = DEFAULT_OVERLAP
-) -> tuple[Chunk, ...]:
+def chunk_entry(entry: Entry, max_chars: int = DEFAULT_MAX_CHARS, overlap: int = DEFAULT_OVERLAP) -> tuple[Chunk, ...]:
     """Split an entry's text into overlapping chunks of at most `max_chars` characters."""
     text = entry.text
     return tuple(
@@ -42,9 +40,9 @@ def chunk_entry(
     )
 
 
-def chunk_spans(text: str, max_chars: int = DEFAULT_MAX_CHARS, overlap: int = DEFAULT_OVERLAP) -> tuple[
-    tuple[int, int], ...
-]:
+def chunk_spans(
+    text: str, max_chars: int = DEFAULT_MAX_CHARS, overlap: int = DEFAULT_OVERLAP
+) -> tuple[tuple[int, int], ...]:
     """The `(start, end)` offsets of each chunk of `text`: each non-empty, stripped, at most `max_chars` long."""
     if max_chars < 1:
         raise ValueError(f"max_chars must be >= 1, got {max_chars}")
@@ -111,9 +109,7 @@ def _after_closers(text: str, end: int, limit: int) -> int:
 
 def _splits_cluster(text: str, i: int) -> bool:
     """True if a cut before `text[i]` would separate a character from its combining mark or joiner."""
-    return 0 < i < len(text) and (
-        unicodedata.combining(text[i]) != 0 or text[i] in _JOINERS or text[i - 1] in _JOINERS
-    )
+    return 0 < i < len(text) and (unicodedata.combining(text[i]) != 0 or text[i] in _JOINERS or text[i - 1] in _JOINERS)
 
 
 def _safe_cut(text: str, cut: int, earliest: int) -> int:

@@ -158,7 +158,8 @@ _SCAFFOLD_HINT = re.compile(
 )
 _OLD_SENTINEL = re.compile(r"[A-Z][^\n:]{0,120}\(untrusted(?: metadata|, for context)\):")
 _NEW_LABEL = re.compile(r"(?:\[[^\]\n]*\][ \t]*)?[^\n]{1,160}?:[ \t]*⟦openclaw:ctx⟧")
-_SYSTEM_LINE = re.compile(r"System(?: \(untrusted\))?: \[[^\]\n]*\d{2}:\d{2}[^\]\n]*\]")
+# Bounded: user text reaches these patterns, and an unbounded `[^\]]*\d{2}:\d{2}[^\]]*` is quadratic.
+_SYSTEM_LINE = re.compile(r"System(?: \(untrusted\))?: \[(?=[^\]\n]{0,80}\d{2}:\d{2})[^\]\n]{0,80}\]")
 _QUEUED_BANNER: Final = "[Queued messages while agent was busy]"
 _QUEUED_ITEM = re.compile(r"Queued #\d+")
 _MEDIA_HINT_PREFIXES: Final = (
@@ -316,7 +317,7 @@ def _clean_user(line: ParsedLine) -> tuple[Role, str] | Skip:
             return Skip(HEARTBEAT_POLL if "HEARTBEAT" in text else SCHEDULED_PROMPT)
     if _PLACEHOLDER_ONLY.fullmatch(text):
         return Skip(MEDIA_ONLY)
-    if _EXTERNAL_PLACEHOLDER == text:
+    if text == _EXTERNAL_PLACEHOLDER:
         return Skip(EXTERNAL_CONTENT)
     if _SLASH_COMMAND.fullmatch(text):
         return Skip(SLASH_COMMAND)
@@ -375,9 +376,7 @@ def _strip_scaffold_lines(text: str) -> tuple[str, tuple[bool, bool, bool, bool]
         elif line == "---" and i + 1 < n and _QUEUED_ITEM.fullmatch(lines[i + 1].strip()):
             queued = True
             i += 2
-        elif (line.startswith("[media attached") and line.endswith("]")) or line.startswith(
-            _MEDIA_HINT_PREFIXES
-        ):
+        elif (line.startswith("[media attached") and line.endswith("]")) or line.startswith(_MEDIA_HINT_PREFIXES):
             media = True
             i += 1
         elif line == _TASK_BINDING:

@@ -107,8 +107,8 @@ def _parse(data: bytes, max_bytes: int) -> ParsedLine | ParseError:
         return _parse_message(obj, entry_id, timestamp)
     if line_type in ("compaction", "branch_summary"):
         summary = _opt_str(obj.get("summary"))
-        blocks = (Block("summary", summary),) if summary else ()
-        return ParsedLine(line_type=line_type, entry_id=entry_id, timestamp=timestamp, blocks=blocks)
+        summary_blocks = (Block("summary", summary),) if summary else ()
+        return ParsedLine(line_type=line_type, entry_id=entry_id, timestamp=timestamp, blocks=summary_blocks)
     if line_type == "custom_message":
         # Extension-injected context: never conversation, but its text is scanned for credentials.
         content = obj.get("content")

@@ -20,6 +20,7 @@ import hashlib
 import hmac
 import math
 import re
+import urllib.parse
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -130,9 +131,19 @@ _PIECE_RE = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
 
 
 def _is_wordish(value: str) -> bool:
-    """True for identifiers and phrases built from long pieces, unlike random tokens."""
+    """True for identifiers and phrases built from word-sized pieces, unlike random tokens.
+
+    A random token splits into many one-character pieces ("OLVjkQ-FMg8" -> OL, Vjk, Q, FM, g, 8);
+    `win32api.RegOpenKeyEx` splits into win, 32, api, Reg, Open, Key, Ex.
+    """
     pieces = _PIECE_RE.findall(value)
-    return bool(pieces) and sum(map(len, pieces)) / len(pieces) >= 4.5
+    if not pieces:
+        return False
+    avg = sum(map(len, pieces)) / len(pieces)
+    if avg >= 4.5:
+        return True
+    singles = sum(1 for p in pieces if len(p) == 1)
+    return avg >= 2.5 and singles <= len(pieces) * 0.15
 
 
 _WORDLIKE_RE = re.compile(r"[A-Za-z]+(?:[-_' .][A-Za-z]+)*")
@@ -171,6 +182,10 @@ _FAKE_PARTS = frozenset(
 )
 
 
+_CODE_CHARS_RE = re.compile(r"[\"'`()\[\]{}<>\\,]|\s")
+_IDENTIFIER_RE = re.compile(r"_*[A-Za-z]+(?:_+[A-Za-z]+)*_*")
+
+
 def _is_placeholder(value: str) -> bool:
     low = value.lower()
     if low in _PLACEHOLDER_WORDS:
@@ -205,19 +220,27 @@ Strength = Literal["password", "password_env", "token", "token_env", "weak"]
 
 
 def _plausible(value: str, strength: Strength, *, quoted: bool = False) -> bool:
-    """Does `value`, found after a secret-ish name or cue, look like an actual secret?"""
+    """Does `value`, found after a secret-ish name or cue, look like an actual secret?
+
+    `quoted` means the value was set off in prose (`password is \`sunshine\``), which is what
+    lets a plain word count as a password; a quoted word in code (`password='IAmSensitive'`) does not.
+    """
     n = len(value)
     if n < 6 or n > 4096:
         return False
     if _is_placeholder(value) or _looks_like_code_or_path(value):
         return False
+    if "..." in value or "…" in value:
+        return False  # an elided example: "eyJhbGciOi...", "sk-abc..."
+    if strength != "password_env" and _CODE_CHARS_RE.search(value):
+        return False  # Optional[str], parts['password'], (self.username: code, not a secret
     if strength == "password_env":
         # An explicit PASSWORD-named variable: trust the name, only drop placeholders.
         return not _fake_compound(value) or not _WORDLIKE_RE.fullmatch(value)
     if strength == "password":
         if value.isdigit():
             return True  # "密码是 88888888": digit-only passwords are common
-        if _WORDLIKE_RE.fullmatch(value):
+        if _WORDLIKE_RE.fullmatch(value) or _IDENTIFIER_RE.fullmatch(value):
             # "password is required" vs "password is `sunshine`": a bare word is prose
             return quoted and not _fake_compound(value)
         if _DATE_RE.fullmatch(value) or _VERSION_RE.fullmatch(value):
@@ -295,7 +318,7 @@ _NOT_SERVICES = frozenset(
 _NAME_SPLIT_RE = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 _SECRET_SEGMENTS = frozenset(
     "key apikey token secret password passwd pwd passphrase pass credential credentials cred creds "
-    "auth pat privatekey accesskey secretkey".split()
+    "auth privatekey accesskey secretkey".split()
 )
 _SECRET_SUFFIXES = ("token", "secret", "password", "passwd", "apikey", "accesskey", "secretkey", "privatekey")
 _NON_SECRET_LAST = frozenset(
@@ -329,7 +352,7 @@ def is_secret_name(name: str) -> bool:
     segments = _name_segments(name)
     if not segments:
         return False
-    if segments[-1] in _NON_SECRET_LAST:
+    if segments[-1] in _NON_SECRET_LAST or "public" in segments:
         return False
     if len(segments) == 1 and segments[0] == "pwd":
         return False  # the shell's current directory
@@ -338,7 +361,7 @@ def is_secret_name(name: str) -> bool:
         if seg in _SECRET_SEGMENTS or seg.endswith(_SECRET_SUFFIXES):
             if seg == "key" and i > 0 and segments[i - 1] in _KEY_ONLY_QUALIFIERS:
                 continue
-            if seg in ("pass", "auth", "pat", "cred") and len(segments) == 1:
+            if seg in ("pass", "auth", "cred") and len(segments) == 1:
                 continue  # too ambiguous alone
             found = True
     return found
@@ -502,7 +525,7 @@ def _extract_assignment(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
         strength = "weak"
     else:
         strength = "token_env" if env_style else "token"
-    if not _plausible(value, strength, quoted=quoted):
+    if not _plausible(value, strength):
         return None
     return _Hit(start, end, key_name=last, service=service_from_name(last))
 
@@ -511,11 +534,11 @@ def _extract_cli_flag(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
     qv = _quoted_value(m)
     if qv is None:
         return None
-    start, end, quoted = qv
+    start, end, _quoted = qv
     value = text[start:end]
     flag = m.group("name").lower()
     strength: Strength = "password" if "pass" in flag else "token"
-    if not _plausible(value, strength, quoted=True):
+    if not _plausible(value, strength, quoted=False):
         return None
     return _Hit(start, end, key_name="--" + flag, service=_service_before(text, m.start()))
 
@@ -548,6 +571,11 @@ def _extract_url_credentials(rule: Rule, m: re.Match[str], text: str) -> _Hit | 
         "pass", "password", "secret"
     ):
         return None
+    if re.match(r"\d{1,5}(?:[,/]|$)", value):
+        return None  # host:port lists ("https://a.com:123,b:456@..."), not a password
+    decoded = urllib.parse.unquote(value)
+    if _WORDLIKE_RE.fullmatch(decoded) and (len(decoded) <= 5 or " " in decoded or _fake_compound(decoded)):
+        return None  # documentation URLs: "github://org:repo@", "https://jo:a%20secret@"
     scheme = m.group("scheme").lower().split("+")[0]
     host = m.group("host")
     service = _SERVICES.get(scheme) or _SERVICES.get(scheme.rstrip("s")) or host
@@ -565,9 +593,14 @@ def _extract_curl_user(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
 _OPEN_QUOTES = {"`": "`", '"': '"', "'": "'", "“": "”", "‘": "’", "「": "」", "『": "』"}
 
 
+_PROSE_SEP_RE = re.compile(r"(?i)\b(?:is|was|are|be|to)\b|[是为為\u4e00-\u9fff]")
+
+
 def _cue_value(m: re.Match[str], text: str) -> tuple[int, int, bool]:
+    """The value after a cue, and whether it was set off as a value in prose."""
     start, end = m.span("value")
     q = m.group("q") or ""
+    prose = bool(_PROSE_SEP_RE.search(m.group("sep")) or not m.group("cue").isascii() or q not in ("'", '"'))
     quoted = False
     if q:
         close = _OPEN_QUOTES.get(q, q)
@@ -579,7 +612,7 @@ def _cue_value(m: re.Match[str], text: str) -> tuple[int, int, bool]:
             quoted = True
     if not quoted:
         start, end = _trim(text, start, end)
-    return start, end, quoted
+    return start, end, quoted and prose
 
 
 _STRONG_KEY_QUALIFIERS = ("api", "access", "secret", "private", "auth", "app", "client", "bot", "license")
@@ -842,7 +875,7 @@ _CONTEXT_RULES: tuple[Rule, ...] = (
 # Assignments: `export DEEPSEEK_API_KEY=...`, `.env` lines, `"apiKey": "..."`, `password = '...'`.
 _ASSIGNMENT_RE = (
     r"(?<![A-Za-z0-9_.$\-])(?P<name>[A-Za-z_][A-Za-z0-9_.\-]{0,80}?"
-    r"(?i:key|token|secret|passw(?:or)?d|passphrase|pwd|pass|auth|credentials?|creds?|pat)[A-Za-z0-9_]{0,40})"
+    r"(?i:key|token|secret|passw(?:or)?d|passphrase|pwd|pass|auth|credentials?|creds?)[A-Za-z0-9_]{0,40})"
     r"(?:\\?[\"'])?[ \t]*(?::=|=>|=|:|：)[ \t]*\\?"
     # a quoted value may be wrapped by a terminal onto following lines of base64
     r"(?:(?P<q>[\"'`])(?P<qv>[^\"'`\n]{1,1024}?(?:\r?\n[A-Za-z0-9+/=_\-.]{1,1024}?)*)\\?(?P=q)|"
@@ -865,9 +898,9 @@ _CURL_USER_RE = r"(?<![\w\-])(?:-u|--user)[ \t]+[\"']?(?P<user>[^\s:\"']{1,64}):
 
 # "password is", "密钥是", "key:", "令牌记下来：" (a few CJK words may sit between cue and colon)
 _CUE_SEP = (
-    r"(?:[\u4e00-\u9fff]{1,6}?)?"
+    r"(?P<sep>(?:[\u4e00-\u9fff]{1,6}?)?"
     r"(?:\s+(?:is|was|are|would\s+be|will\s+be|should\s+be|set\s+to|changed\s+to)\b\s*[:：]?|"
-    r"\s*(?:是|为|為)\s*[:：]?|\s*[:：=＝]|\s*=>|\s*->)[ \t\u3000]*(?:\r?\n[ \t]*)?"
+    r"\s*(?:是|为|為)\s*[:：]?|\s*[:：=＝]|\s*=>|\s*->))[ \t\u3000]*(?:\r?\n[ \t]*)?"
 )
 _CUE_VALUE = r"(?P<q>[`\"'“‘「『]?)(?P<value>[!-~]{1,256})"
 _TARGET = r"(?:\s+(?:for|of|to|on)\s+(?P<target>[^\n:=,;。，：]{1,40}?))?"
@@ -883,7 +916,7 @@ _TOKEN_CUE_RE = (
 )
 
 _GENERIC_RULES: tuple[Rule, ...] = (
-    _g("env_assignment", _ASSIGNMENT_RE, ("key", "token", "secret", "pass", "pwd", "auth", "cred", "pat"),
+    _g("env_assignment", _ASSIGNMENT_RE, ("key", "token", "secret", "pass", "pwd", "auth", "cred"),
        _extract_assignment),
     _g("cli_secret_flag", _CLI_FLAG_RE, ("-api", "-token", "-access", "-auth", "-pass", "-secret", "-client", "-pat"),
        _extract_cli_flag),
@@ -988,8 +1021,8 @@ def _with_repeats(text: str, matches: list[SecretMatch], blocked: list[tuple[int
     extra: list[SecretMatch] = []
     for match in matches:
         value = match.value
-        if len(value) < 8:
-            continue
+        if len(value) < 10 or shannon_entropy(value) < 3.0 or _is_wordish(value):
+            continue  # only values that cannot plausibly recur by accident
         pos = text.find(value)
         while pos >= 0:
             end = pos + len(value)

@@ -1,0 +1,101 @@
+"""Gap detection wired into the real daemon: reset renames, start-up scan, restart, closing."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from tests.daemon_harness import DaemonProcess, header, message, running_daemon, wait_for
+
+HOOK = """
+import json, sys
+with open(sys.argv[1], "a") as out:
+    out.write(json.dumps(sys.argv[2:]) + "\\n")
+"""
+
+
+def setup(tmp_path: Path) -> tuple[Path, Path, Path, Path, dict[str, str]]:
+    state, data = tmp_path / "state", tmp_path / "data"
+    sessions = state / "agents" / "ops" / "sessions"
+    sessions.mkdir(parents=True)
+    workspace = state / "workspace-ops"
+    workspace.mkdir()
+    hook = tmp_path / "hook.py"
+    hook.write_text(HOOK)
+    calls = tmp_path / "calls.jsonl"
+    config = tmp_path / "veritas.toml"
+    config.write_text(
+        "[gaps]\n"
+        f"on_gap = [{json.dumps(sys.executable)}, {json.dumps(str(hook))}, {json.dumps(str(calls))}, "
+        '"{agent}", "{session_id}", "{transcript}", "{ended_at}", "{workspace}"]\n'
+        "tolerance = 0\n"
+        "[watch]\nsweep_interval = 0.5\n"
+    )
+    return state, data, sessions, calls, {"VERITAS_WATCH_CONFIG": str(config)}
+
+
+def session(path: Path, sid: str, ts: str) -> None:
+    path.write_bytes(header(sid) + message("u1", "user", "Fix the nginx cert renewal", ts=ts)
+                     + message("a1", "assistant", "Renewed the cert and reloaded nginx.", ts=ts))
+
+
+def hook_calls(calls: Path) -> list[list[str]]:
+    return [json.loads(raw) for raw in calls.read_text().splitlines()] if calls.exists() else []
+
+
+def test_reset_with_stale_state_fires_once_and_closes(tmp_path: Path) -> None:
+    state, data, sessions, calls, env = setup(tmp_path)
+    (state / "workspace-ops" / "STATE.md").write_text("## Events\n- 2026-03-19 08:00 UTC deployed v1\n")
+    live = sessions / "s-1.jsonl"
+    session(live, "s-1", "2026-03-20T10:00:00.000Z")
+    with running_daemon(state, data, extra_env=env) as daemon:
+        daemon.wait_idle()
+        archived = sessions / "s-1.jsonl.reset.2026-03-20T11-00-00.000Z"
+        live.rename(archived)
+        wait_for(lambda: hook_calls(calls), what="hook run")
+        (call,) = hook_calls(calls)
+        assert call[:3] == ["ops", "s-1", str(archived)]
+        assert call[3].startswith("2026-03-20T10:00:00")
+        assert call[4] == str(state / "workspace-ops")
+        gaps = daemon.get("/status")["gaps"]
+        assert [g["session_id"] for g in gaps] == ["s-1"]
+        events = [e for e in daemon.log_events() if e.get("event") == "gap_detected"]
+        assert len(events) == 1
+        # The sync writes STATE.md: the gap closes.
+        (state / "workspace-ops" / "STATE.md").write_text("## Events\n- 2026-03-20 10:30 UTC synced s-1\n")
+        wait_for(lambda: not daemon.get("/status")["gaps"], what="gap closed")
+        assert any(e.get("event") == "gap_closed" for e in daemon.log_events())
+
+
+def test_state_newer_than_session_is_no_gap(tmp_path: Path) -> None:
+    state, data, sessions, calls, env = setup(tmp_path)
+    (state / "workspace-ops" / "STATE.md").write_text("- 2026-03-20T12:00:00Z synced\n")
+    live = sessions / "s-2.jsonl"
+    session(live, "s-2", "2026-03-20T10:00:00.000Z")
+    with running_daemon(state, data, extra_env=env) as daemon:
+        daemon.wait_idle()
+        live.rename(sessions / "s-2.jsonl.reset.2026-03-20T11-00-00.000Z")
+        daemon.wait_idle()
+        wait_for(lambda: daemon.get("/status")["entries"]["stored"] >= 2, what="stored")
+        assert not daemon.get("/status")["gaps"]
+    assert not hook_calls(calls)
+
+
+def test_reset_while_down_found_at_startup_and_not_refired_after_restart(tmp_path: Path) -> None:
+    state, data, sessions, calls, env = setup(tmp_path)
+    live = sessions / "s-3.jsonl"
+    session(live, "s-3", "2026-03-20T10:00:00.000Z")
+    with running_daemon(state, data, extra_env=env) as daemon:
+        daemon.wait_idle()
+    live.rename(sessions / "s-3.jsonl.reset.2026-03-20T11-00-00.000Z")  # no STATE.md at all: a gap
+    with running_daemon(state, data, extra_env=env) as daemon:
+        wait_for(lambda: hook_calls(calls), what="startup gap hook")
+        assert [g["session_id"] for g in daemon.get("/status")["gaps"]] == ["s-3"]
+    daemon = DaemonProcess(state, data, extra_env=env).start()
+    try:
+        daemon.wait_idle()
+        wait_for(lambda: daemon.get("/status")["gaps"], what="open gap survives restart")
+    finally:
+        daemon.stop()
+    assert len(hook_calls(calls)) == 1
