@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter, deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -138,10 +138,6 @@ class DaemonMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
-
-
-def metric_names(families: Iterable[Metric]) -> list[str]:
-    return [family.name for family in families]
 
 
 async def metrics_handler(request: web.Request) -> web.Response:

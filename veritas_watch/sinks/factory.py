@@ -6,10 +6,14 @@ import shutil
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import structlog
 
 from veritas_watch.sinks.store import Store, StoredPoint, StoreError, StoreMeta, meta_path
+
+if TYPE_CHECKING:
+    from qdrant_client import QdrantClient
 
 log = structlog.get_logger()
 
@@ -52,12 +56,16 @@ def _open_server(url: str, api_key: str, collection: str, timeout: float, meta: 
                  reembed: Reembed) -> Store:
     from qdrant_client import QdrantClient
 
-    from veritas_watch.sinks.server import ServerStore
-
     try:
         client = QdrantClient(url=url, api_key=api_key or None, timeout=int(timeout))
     except Exception as exc:
         raise StoreError(f"cannot connect to {url}: {exc}") from exc
+    return open_server_collection(client, collection, meta, reembed)
+
+
+def open_server_collection(client: QdrantClient, collection: str, meta: StoreMeta, reembed: Reembed) -> Store:
+    from veritas_watch.sinks.server import ServerStore
+
     store = ServerStore(client, collection, meta)
     if store.meta == meta:
         return store

@@ -135,8 +135,7 @@ class SessionInfo:
     ended_at: int | None  # epoch ms, as OpenClaw recorded it (often NULL)
     reason: str | None  # initial, reset, rollover, fork, rewind, switch, recovery, compaction
     cold_archived: bool  # its rows were moved to a cold archive file (schema 20+)
-    row_count: int
-    last_seq: int | None
+    last_seq: int | None  # highest seq (None: no rows); lag = last_seq + 1 - cursor.next_seq
     last_created_at: int | None  # created_at (the event's own time, epoch ms) of the last row
 
 
@@ -357,7 +356,7 @@ class _Snapshot:
     shape: _Shape
     schema: SchemaInfo
     windows: dict[str, SessionInfo] = field(default_factory=dict)
-    stats: dict[str, tuple[int, int, int | None]] = field(default_factory=dict)  # count, max seq, created
+    stats: dict[str, tuple[int, int | None]] = field(default_factory=dict)  # max seq, its created_at
     generations: dict[str, str] = field(default_factory=dict)
     cold: frozenset[str] = frozenset()
 
@@ -478,13 +477,20 @@ class SqliteTranscriptReader:
                       columns=sorted(self._shape.events_cols))
         shape = self._shape
         snap = _Snapshot(shape, self._schema_info(conn, shape))
+        # A loose index scan: O(sessions * log rows) on the (session_id, seq) primary key, where a
+        # GROUP BY would visit every row of the table on every poll.
         created = _col(shape.events_cols, "created_at", "e.")
-        for sid, count, max_seq, last_created in conn.execute(
-            "SELECT t.session_id, t.n, t.max_seq, " + created + " FROM"
-            " (SELECT session_id, count(*) AS n, max(seq) AS max_seq FROM transcript_events GROUP BY session_id) t"
-            " JOIN transcript_events e ON e.session_id = t.session_id AND e.seq = t.max_seq"
+        for sid, max_seq, last_created in conn.execute(
+            "WITH RECURSIVE ids(sid) AS ("
+            " SELECT (SELECT min(session_id) FROM transcript_events)"
+            " UNION ALL SELECT (SELECT min(session_id) FROM transcript_events WHERE session_id > ids.sid)"
+            " FROM ids WHERE ids.sid IS NOT NULL),"
+            " tops(sid, max_seq) AS (SELECT sid, (SELECT max(seq) FROM transcript_events WHERE session_id = ids.sid)"
+            " FROM ids WHERE sid IS NOT NULL)"
+            " SELECT tops.sid, tops.max_seq, " + created + " FROM tops"
+            " JOIN transcript_events e ON e.session_id = tops.sid AND e.seq = tops.max_seq"
         ).fetchall():
-            snap.stats[_text(sid) or ""] = (int(count), int(max_seq), _int(last_created))
+            snap.stats[_text(sid) or ""] = (int(max_seq), _int(last_created))
         if shape.watermark_table is not None:
             for sid, generation in conn.execute(
                 f'SELECT session_id, generation FROM "{shape.watermark_table}"'
@@ -533,7 +539,7 @@ class SqliteTranscriptReader:
             for sid_b, key, prev, started, created, ended_at, reason, current_sid in conn.execute(sql).fetchall():
                 sid = _text(sid_b) or ""
                 cur = _text(current_sid)
-                count, last_seq, last_created = snap.stats.get(sid, (0, None, None))
+                last_seq, last_created = snap.stats.get(sid, (None, None))
                 found[sid] = SessionInfo(
                     session_id=sid,
                     session_key=_text(key),
@@ -543,14 +549,13 @@ class SqliteTranscriptReader:
                     ended_at=_int(ended_at),
                     reason=_text(reason),
                     cold_archived=sid in snap.cold,
-                    row_count=count,
                     last_seq=last_seq,
                     last_created_at=last_created,
                 )
-        for sid, (count, last_seq, last_created) in snap.stats.items():
+        for sid, (last_seq, last_created) in snap.stats.items():
             if sid not in found:  # rows without a window: foreign keys off, or an unknown layout
-                found[sid] = SessionInfo(sid, None, None, None, False, None, None, sid in snap.cold, count,
-                                         last_seq, last_created)
+                found[sid] = SessionInfo(sid, None, None, None, False, None, None, sid in snap.cold, last_seq,
+                                         last_created)
         return found
 
     def _read_sessions(self, conn: sqlite3.Connection, snap: _Snapshot, cursors: dict[str, SessionCursor],
@@ -598,7 +603,7 @@ class SqliteTranscriptReader:
         if reason is not None:
             self._forget(sid)
             return self._batch(conn, snap, sid, _SEQ_MIN, 0, generation, budget, rewalk=reason)
-        if stats[1] < cursor.next_seq:
+        if stats[0] < cursor.next_seq:
             return None, False
         return self._batch(conn, snap, sid, cursor.next_seq, cursor.row_count, generation or cursor.generation,
                            budget, rewalk=None)
@@ -606,18 +611,20 @@ class SqliteTranscriptReader:
     def _rewrite_reason(self, conn: sqlite3.Connection, snap: _Snapshot, sid: str, cursor: SessionCursor,
                         generation: str | None) -> RewalkReason | Literal["cold"] | None:
         """Why the rows the cursor covers are no longer the rows it consumed, if they are not."""
-        count, max_seq, _ = snap.stats[sid]
+        max_seq, _ = snap.stats[sid]
         if cursor.generation is not None and generation is not None and generation != cursor.generation:
             return "generation_changed"  # OpenClaw rotates it with every destructive change
-        below = count
-        if max_seq >= cursor.next_seq:
-            below -= int(conn.execute(
-                "SELECT count(*) FROM transcript_events WHERE session_id = ? AND seq >= ?",
+        # Counting costs O(rows of the session), so it is skipped when an unchanged watermark vouches
+        # for the rows and nothing was appended: a rows-only deletion that did not rotate it (which
+        # OpenClaw never does) is then found at the session's next append.
+        if generation is None or generation != cursor.generation or max_seq >= cursor.next_seq:
+            below = int(conn.execute(
+                "SELECT count(*) FROM transcript_events WHERE session_id = ? AND seq < ?",
                 (sid, cursor.next_seq)).fetchall()[0][0])
-        if below != cursor.row_count:
-            if sid in snap.cold and below < cursor.row_count:
-                return "cold"  # partly moved to a cold archive: keep what we have
-            return "rows_changed"
+            if below != cursor.row_count:
+                if sid in snap.cold and below < cursor.row_count:
+                    return "cold"  # partly moved to a cold archive: keep what we have
+                return "rows_changed"
         if cursor.row_count == 0:
             return None
         # Belt and braces for a writer that did not rotate the watermark (or a schema without one):

@@ -14,9 +14,10 @@ UTC] `: any bracket at a line start holding a date and time), `[message_id: X]` 
 `[media attached: ...]` lines and the "To send an image back" hint, the task-binding block and
 `<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>` blocks. Stripped from assistant text: reply tags
 (`[[reply_to_current]]`, `[[reply_to:<id>]]`, `[[audio_as_voice]]`), inline `<think>` blocks,
-`<final>` tags, `MEDIA:` delivery lines,
-and a leading/trailing `HEARTBEAT_OK` in a long reply. Images become `[image]` (media placeholders
-`<media:kind>` become `[kind]`); thinking blocks are dropped.
+`<final>` tags and `MEDIA:` delivery lines.
+Images become `[image]` (media placeholders `<media:kind>` become `[kind]`); thinking blocks are
+dropped. Assistant text holding a `<tool_call>` (local models print their calls) is tool narration;
+assistant text mentioning `NO_REPLY` anywhere is a silent reply or protocol reasoning: both skipped.
 
 External content (`<<<EXTERNAL_UNTRUSTED_CONTENT ...>>>` ... `<<<END_EXTERNAL_UNTRUSTED_CONTENT>>>`,
 with its `SECURITY NOTICE` banner) is replaced by `[external content]`, inner text dropped: it is
@@ -123,8 +124,6 @@ _BACKGROUND_PROMPTS: Final = frozenset({HEARTBEAT_POLL, CRON_PROMPT, SCHEDULED_P
 
 TurnKind = Literal["conversation", "background"]
 
-# OpenClaw's heartbeat contract: HEARTBEAT_OK at the start or end with at most this much else is an ack.
-HEARTBEAT_ACK_MAX_CHARS: Final = 300
 _SYNTHETIC_PROVIDER: Final = "openclaw"  # delivery-mirror, gateway-injected: copies, not model output
 _ERROR_STOP_REASONS: Final = frozenset({"error", "aborted"})
 
@@ -181,8 +180,9 @@ _TASK_BINDING_LINES: Final = (
     "Ignore any task-binding blocks from earlier turns",
 )
 _MESSAGE_ID = re.compile(r"[ \t]*\[message_id:[^\]\n]*\][ \t]*")
-# Envelope: a bracket at a line start that holds a date and a time.
-_ENVELOPE = re.compile(r"^[ \t]*\[(?=[^\]\n]*\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2})[^\]\n]{1,200}\][ \t]*", re.M)
+# Envelope: a bracket at a line start that holds a date and a time (never a `[cron:...]` tag, whose
+# job name may hold a date too).
+_ENVELOPE = re.compile(r"^[ \t]*\[(?!cron:)(?=[^\]\n]*\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2})[^\]\n]{1,200}\][ \t]*", re.M)
 _MEDIA_PLACEHOLDER = re.compile(r"<media:([a-z]+)>")
 _PLACEHOLDER_ONLY = re.compile(r"(?:\[(?:image|audio|video|file|document|sticker|media)\]\s*)+")
 
@@ -202,7 +202,6 @@ _REPLY_TAG = re.compile(r"\[\[\s*(?:reply_to_current|reply_to\s*:[^\]\n]*|audio_
 _THINK = re.compile(r"<(think|thinking)>.*?(?:</\1>|\Z)", re.S | re.I)
 _FINAL_TAG = re.compile(r"</?final>", re.I)
 _MEDIA_DIRECTIVE = re.compile(r"^[ \t]*MEDIA:[ \t]*\S[^\n]*\n?", re.M)
-_HEARTBEAT_TOKEN = re.compile(r"(?:\*\*|__|[*_`]|<b>|<strong>)?HEARTBEAT_OK(?:\*\*|__|[*_`]|</b>|</strong>)?[.!。]?")
 _HEARTBEAT_AT_EDGE = re.compile(
     r"\A\s*(?:\*\*|__|[*_`]|<b>|<strong>)?HEARTBEAT_OK|HEARTBEAT_OK(?:\*\*|__|[*_`]|</b>|</strong>)?[.!。]?\s*\Z"
 )
@@ -299,6 +298,8 @@ def _clean_user(line: ParsedLine) -> tuple[Role, str] | Skip:
             return Skip(QUEUED_BANNER)
         if stripped.system:
             return Skip(SYSTEM_LINE)
+        if stripped.media:
+            return Skip(MEDIA_ONLY)
         return Skip(EMPTY_AFTER_CLEANING)
     if _RESET_PROMPT.match(text):
         return Skip(SESSION_RESET_PROMPT)
@@ -447,14 +448,12 @@ def _clean_assistant(line: ParsedLine, turn: TurnKind) -> tuple[Role, str] | Ski
         return Skip(NO_REPLY)
     if all(_MEMORY_CHATTER_LINE.fullmatch(part.strip()) for part in text.split("\n") if part.strip()):
         return Skip(MEMORY_JOB_CHATTER)
-    if "HEARTBEAT_OK" in text:
-        if turn == "background":
-            return Skip(HEARTBEAT_ACK)
-        if _HEARTBEAT_AT_EDGE.search(text):
-            rest = _collapse(_HEARTBEAT_TOKEN.sub("", text))
-            if len(rest) <= HEARTBEAT_ACK_MAX_CHARS:
-                return Skip(HEARTBEAT_ACK)
-            text = rest
+    # OpenClaw suppresses delivery of an ack with <= 300 chars beside the token; for memory the
+    # length does not matter: a reply opening or closing with the token is the model saying
+    # "nothing to report", and what precedes it is its reasoning (measured: long qwen acks).
+    # This also holds when the turn context was lost (a tailer resuming mid-file).
+    if "HEARTBEAT_OK" in text and (turn == "background" or _HEARTBEAT_AT_EDGE.search(text)):
+        return Skip(HEARTBEAT_ACK)
     if turn == "background":
         return Skip(BACKGROUND_REPLY)
     if _PLACEHOLDER_ONLY.fullmatch(text):

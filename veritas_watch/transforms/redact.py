@@ -69,6 +69,7 @@ class _Hit:
     end: int
     key_name: str | None = None
     service: str | None = None
+    value: str | None = None  # when the secret is not the span verbatim (a terminal-wrapped value)
 
 
 Extractor = Callable[["Rule", re.Match[str], str], "_Hit | None"]
@@ -377,12 +378,14 @@ def _secret_word(name: str) -> str:
     return "token"
 
 
-def service_from_name(name: str) -> str | None:
+def service_from_name(name: str, *, known_only: bool = False) -> str | None:
     """The service a variable name points at: DEEPSEEK_API_KEY -> DeepSeek, TOKENMALL_KEY -> Tokenmall."""
     segments = _name_segments(name)
     for seg in segments:
         if seg in _SERVICES:
             return _SERVICES[seg]
+    if known_only:
+        return None
     for seg in segments:
         if seg in _SECRET_SEGMENTS or seg.endswith(_SECRET_SUFFIXES) or seg in _NOT_SERVICES:
             continue
@@ -498,6 +501,7 @@ def _trim(text: str, start: int, end: int) -> tuple[int, int]:
     return start, end
 
 
+_WRAP_RE = re.compile(r"\r?\n")
 _QUERY_NEXT_RE = re.compile(r"&[A-Za-z_][A-Za-z0-9_.\-]*=")
 
 
@@ -525,9 +529,12 @@ def _extract_assignment(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
         strength = "weak"
     else:
         strength = "token_env" if env_style else "token"
-    if not _plausible(value, strength):
+    unwrapped = _WRAP_RE.sub("", value) if quoted else value
+    if not _plausible(unwrapped, strength):
         return None
-    return _Hit(start, end, key_name=last, service=service_from_name(last))
+    service = service_from_name(last, known_only=True) or _known_service_near(text, m.start(), window=60)
+    return _Hit(start, end, key_name=last, service=service or service_from_name(last),
+                value=unwrapped if unwrapped != value else None)
 
 
 def _extract_cli_flag(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
@@ -943,6 +950,7 @@ class _Candidate:
     end: int
     key_name: str | None
     service: str | None
+    value: str
 
 
 def _overlaps(spans: list[tuple[int, int]], start: int, end: int) -> bool:
@@ -981,7 +989,7 @@ def _merge(text: str, candidates: list[_Candidate]) -> list[SecretMatch]:
         start = min(c.start for c in cluster)
         end = max(c.end for c in cluster)
         matches.append(
-            SecretMatch(best.rule.name, service, key_name or best.rule.key_name, start, end, text[best.start : best.end])
+            SecretMatch(best.rule.name, service, key_name or best.rule.key_name, start, end, best.value)
         )
     return matches
 
@@ -1008,7 +1016,8 @@ def detect(text: str) -> list[SecretMatch]:
                 continue
             if blocked and _overlaps(blocked, hit.start, hit.end):
                 continue  # our own marker: redacting twice must find nothing new
-            candidates.append(_Candidate(rule, hit.start, hit.end, hit.key_name, hit.service))
+            value = hit.value if hit.value is not None else text[hit.start : hit.end]
+            candidates.append(_Candidate(rule, hit.start, hit.end, hit.key_name, hit.service, value))
     if not candidates:
         return []
     matches = _merge(text, candidates)
