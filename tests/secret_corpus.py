@@ -51,6 +51,7 @@ class SecretKind:
     wrap: Callable[[str], str] | None = None  # natural surroundings (URL around a SAS signature)
     password: bool = False
     url_safe: bool = True  # may be placed inside a URL's userinfo
+    misses: tuple[str, ...] = ()  # extra look-alikes that are not secrets
 
 
 def _pem(rng: random.Random, label: str, body_len: int = 1200) -> str:
@@ -64,14 +65,34 @@ def _jwt(rng: random.Random) -> str:
         return base64.urlsafe_b64encode(json.dumps(obj, separators=(",", ":")).encode()).decode().rstrip("=")
 
     header = seg({"alg": rng.choice(["HS256", "RS256", "ES256"]), "typ": "JWT"})
-    payload = seg({"sub": rand(rng, LOWER_ALNUM, 12), "iat": rng.randrange(1_600_000_000, 1_800_000_000),
-                   "role": rng.choice(["service_role", "anon", "admin", "user"])})
+    payload = seg(
+        {
+            "sub": rand(rng, LOWER_ALNUM, 12),
+            "iat": rng.randrange(1_600_000_000, 1_800_000_000),
+            "role": rng.choice(["service_role", "anon", "admin", "user"]),
+        }
+    )
     return f"{header}.{payload}.{rand(rng, B64URL, 43)}"
 
 
 def _password(rng: random.Random) -> str:
-    words = ["Sunshine", "dragon", "Monkey", "shadow", "Tiger", "panda", "Lucky", "river", "Maple", "orange",
-             "falcon", "Winter", "coffee", "Rocket", "summer"]
+    words = [
+        "Sunshine",
+        "dragon",
+        "Monkey",
+        "shadow",
+        "Tiger",
+        "panda",
+        "Lucky",
+        "river",
+        "Maple",
+        "orange",
+        "falcon",
+        "Winter",
+        "coffee",
+        "Rocket",
+        "summer",
+    ]
     pinyin = ["woaini", "zhangwei", "wangfang", "lixiao", "xiaoming", "nihao", "tiantian", "baobao"]
     style = rng.randrange(7)
     if style == 0:
@@ -112,83 +133,241 @@ def _basic_auth(rng: random.Random) -> str:
     return base64.b64encode(f"{user}:{_url_password(rng)}".encode()).decode()
 
 
-def _k(rule: str, service: str, env: str, make: Callable[[random.Random], str], prefix: str = "", **kw: object) -> SecretKind:
+def _k(
+    rule: str, service: str, env: str, make: Callable[[random.Random], str], prefix: str = "", **kw: object
+) -> SecretKind:
     return SecretKind(rule, service, env, make, prefix, **kw)  # type: ignore[arg-type]
 
 
 KINDS: tuple[SecretKind, ...] = (
     # AI providers
-    _k("anthropic_api_key", "Anthropic", "ANTHROPIC_API_KEY",
-       lambda r: "sk-ant-api03-" + rand(r, B64URL, 93) + "AA", "sk-ant-api03-"),
-    _k("openai_project_key", "OpenAI", "OPENAI_API_KEY",
-       lambda r: "sk-proj-" + rand(r, B64URL, 74) + "T3BlbkFJ" + rand(r, B64URL, 74), "sk-proj-"),
-    _k("openai_api_key", "OpenAI", "OPENAI_API_KEY", lambda r: "sk-" + rand(r, ALNUM, 20) + "T3BlbkFJ" + rand(r, ALNUM, 20), "sk-"),
+    _k(
+        "anthropic_api_key",
+        "Anthropic",
+        "ANTHROPIC_API_KEY",
+        lambda r: "sk-ant-api03-" + rand(r, B64URL, 93) + "AA",
+        "sk-ant-api03-",
+    ),
+    _k(
+        "openai_project_key",
+        "OpenAI",
+        "OPENAI_API_KEY",
+        lambda r: "sk-proj-" + rand(r, B64URL, 74) + "T3BlbkFJ" + rand(r, B64URL, 74),
+        "sk-proj-",
+    ),
+    _k(
+        "openai_api_key",
+        "OpenAI",
+        "OPENAI_API_KEY",
+        lambda r: "sk-" + rand(r, ALNUM, 20) + "T3BlbkFJ" + rand(r, ALNUM, 20),
+        "sk-",
+    ),
     _k("openrouter_api_key", "OpenRouter", "OPENROUTER_API_KEY", lambda r: "sk-or-v1-" + rand(r, HEX, 64), "sk-or-v1-"),
     _k("deepseek_api_key", "DeepSeek", "DEEPSEEK_API_KEY", lambda r: "sk-" + rand_mixed(r, HEX, 32), "sk-"),
     _k("sk_api_key", "Moonshot", "MOONSHOT_API_KEY", lambda r: "sk-" + rand_mixed(r, ALNUM, 48), "sk-"),
     _k("groq_api_key", "Groq", "GROQ_API_KEY", lambda r: "gsk_" + rand(r, ALNUM, 52), "gsk_"),
     _k("xai_api_key", "xAI", "XAI_API_KEY", lambda r: "xai-" + rand(r, ALNUM, 80), "xai-"),
     _k("google_api_key", "Gemini", "GEMINI_API_KEY", lambda r: "AIza" + rand(r, B64URL, 35), "AIza"),
-    _k("google_oauth_client_secret", "Google OAuth", "GOOGLE_CLIENT_SECRET", lambda r: "GOCSPX-" + rand(r, B64URL, 28), "GOCSPX-"),
-    _k("google_oauth_access_token", "Google", "GOOGLE_ACCESS_TOKEN", lambda r: "ya29." + rand(r, B64URL, 120), "ya29."),
+    _k(
+        "google_oauth_client_secret",
+        "Google OAuth",
+        "GOOGLE_CLIENT_SECRET",
+        lambda r: "GOCSPX-" + rand(r, B64URL, 28),
+        "GOCSPX-",
+    ),
+    _k("google_oauth_token", "Google", "GOOGLE_ACCESS_TOKEN", lambda r: "ya29." + rand(r, B64URL, 120), "ya29."),
     _k("google_oauth_refresh_token", "Google", "GOOGLE_REFRESH_TOKEN", lambda r: "1//0" + rand(r, B64URL, 96), "1//0"),
     _k("huggingface_token", "Hugging Face", "HF_TOKEN", lambda r: "hf_" + rand(r, string.ascii_letters, 34), "hf_"),
     _k("replicate_api_token", "Replicate", "REPLICATE_API_TOKEN", lambda r: "r8_" + rand(r, ALNUM, 37), "r8_"),
     _k("perplexity_api_key", "Perplexity", "PERPLEXITY_API_KEY", lambda r: "pplx-" + rand(r, ALNUM, 48), "pplx-"),
     _k("tavily_api_key", "Tavily", "TAVILY_API_KEY", lambda r: "tvly-dev-" + rand(r, ALNUM, 32), "tvly-dev-"),
-    _k("langsmith_api_key", "LangSmith", "LANGSMITH_API_KEY",
-       lambda r: "lsv2_pt_" + rand(r, HEX, 32) + "_" + rand(r, HEX, 10), "lsv2_pt_"),
+    _k(
+        "langsmith_api_key",
+        "LangSmith",
+        "LANGSMITH_API_KEY",
+        lambda r: "lsv2_pt_" + rand(r, HEX, 32) + "_" + rand(r, HEX, 10),
+        "lsv2_pt_",
+    ),
     _k("elevenlabs_api_key", "ElevenLabs", "ELEVENLABS_API_KEY", lambda r: "sk_" + rand(r, HEX, 48), "sk_"),
     _k("fireworks_api_key", "Fireworks", "FIREWORKS_API_KEY", lambda r: "fw_" + rand_mixed(r, ALNUM, 24), "fw_"),
     _k("firecrawl_api_key", "Firecrawl", "FIRECRAWL_API_KEY", lambda r: "fc-" + rand(r, HEX, 32), "fc-"),
     _k("zhipu_api_key", "智谱", "ZHIPUAI_API_KEY", lambda r: rand_mixed(r, HEX, 32) + "." + rand_mixed(r, ALNUM, 16)),
-    _k("baidu_qianfan_api_key", "千帆", "QIANFAN_API_KEY",
-       lambda r: "bce-v3/ALTAK-" + rand(r, ALNUM, 21) + "/" + rand(r, HEX, 40), "bce-v3/ALTAK-", url_safe=False),
+    _k(
+        "baidu_qianfan_api_key",
+        "千帆",
+        "QIANFAN_API_KEY",
+        lambda r: "bce-v3/ALTAK-" + rand(r, ALNUM, 21) + "/" + rand(r, HEX, 40),
+        "bce-v3/ALTAK-",
+        url_safe=False,
+    ),
     # cloud
     _k("aws_access_key_id", "AWS", "AWS_ACCESS_KEY_ID", lambda r: "AKIA" + rand(r, UPPER_ALNUM, 16), "AKIA"),
-    _k("aws_secret_access_key", "AWS", "AWS_SECRET_ACCESS_KEY", lambda r: rand_mixed(r, B64, 39) + "Z",
-       provider=False, context="aws", url_safe=False),
-    _k("azure_storage_account_key", "Azure Storage", "AZURE_STORAGE_KEY", lambda r: rand(r, B64, 86) + "==",
-       wrap=lambda v: f"DefaultEndpointsProtocol=https;AccountName=prodfiles;AccountKey={v};EndpointSuffix=core.windows.net",
-       url_safe=False),
-    _k("azure_ad_client_secret", "Azure AD", "AZURE_CLIENT_SECRET",
-       lambda r: rand(r, ALNUM, 3) + str(r.randrange(10)) + "Q~" + rand(r, ALNUM + "_-", 34), url_safe=False),
-    _k("azure_sas_token", "Azure Blob", "AZURE_SAS_URL", lambda r: rand(r, ALNUM, 40) + "%3D",
-       wrap=lambda v: f"https://prodfiles.blob.core.windows.net/backups?sv=2022-11-02&ss=b&srt=co&sp=rl&se=2026-12-31T00:00:00Z&sig={v}",
-       url_safe=False),
-    _k("gcp_service_account_key", "GCP", "GOOGLE_APPLICATION_CREDENTIALS", lambda r: rand(r, HEX, 40),
-       wrap=lambda v: f'{{"type": "service_account", "project_id": "demo-prod", "private_key_id": "{v}"}}', url_safe=False),
-    _k("alibaba_access_key_id", "阿里云", "ALIBABA_CLOUD_ACCESS_KEY_ID", lambda r: "LTAI5t" + rand(r, ALNUM, 18), "LTAI5t"),
-    _k("alibaba_access_key_secret", "阿里云", "ALIBABA_CLOUD_ACCESS_KEY_SECRET", lambda r: rand_mixed(r, ALNUM, 30),
-       provider=False, context="aliyun"),
+    _k(
+        "aws_secret_access_key",
+        "AWS",
+        "AWS_SECRET_ACCESS_KEY",
+        lambda r: rand_mixed(r, B64, 39) + "Z",
+        provider=False,
+        context="aws",
+        url_safe=False,
+    ),
+    _k(
+        "azure_storage_account_key",
+        "Azure Storage",
+        "AZURE_STORAGE_KEY",
+        lambda r: rand(r, B64, 86) + "==",
+        wrap=lambda v: (
+            f"DefaultEndpointsProtocol=https;AccountName=prodfiles;AccountKey={v};EndpointSuffix=core.windows.net"
+        ),
+        url_safe=False,
+    ),
+    _k(
+        "azure_ad_client_secret",
+        "Azure AD",
+        "AZURE_CLIENT_SECRET",
+        lambda r: rand(r, ALNUM, 3) + str(r.randrange(10)) + "Q~" + rand(r, ALNUM + "_-", 34),
+        url_safe=False,
+    ),
+    _k(
+        "azure_sas_token",
+        "Azure Blob",
+        "AZURE_SAS_URL",
+        lambda r: rand(r, ALNUM, 40) + "%3D",
+        wrap=lambda v: (
+            f"https://prodfiles.blob.core.windows.net/backups?sv=2022-11-02&ss=b&srt=co&sp=rl&se=2026-12-31T00:00:00Z&sig={v}"
+        ),
+        url_safe=False,
+    ),
+    _k(
+        "gcp_service_account_key",
+        "GCP",
+        "GOOGLE_APPLICATION_CREDENTIALS",
+        lambda r: rand(r, HEX, 40),
+        wrap=lambda v: f'{{"type": "service_account", "project_id": "demo-prod", "private_key_id": "{v}"}}',
+        url_safe=False,
+    ),
+    _k(
+        "alibaba_access_key_id",
+        "阿里云",
+        "ALIBABA_CLOUD_ACCESS_KEY_ID",
+        lambda r: "LTAI5t" + rand(r, ALNUM, 18),
+        "LTAI5t",
+    ),
+    _k(
+        "alibaba_access_key_secret",
+        "阿里云",
+        "ALIBABA_CLOUD_ACCESS_KEY_SECRET",
+        lambda r: rand_mixed(r, ALNUM, 30),
+        provider=False,
+        context="aliyun",
+    ),
     _k("tencent_secret_id", "腾讯云", "TENCENTCLOUD_SECRET_ID", lambda r: "AKID" + rand(r, ALNUM, 32), "AKID"),
-    _k("tencent_secret_key", "腾讯云", "TENCENTCLOUD_SECRET_KEY", lambda r: rand_mixed(r, ALNUM, 32),
-       provider=False, context="tencent"),
+    _k(
+        "tencent_secret_key",
+        "腾讯云",
+        "TENCENTCLOUD_SECRET_KEY",
+        lambda r: rand_mixed(r, ALNUM, 32),
+        provider=False,
+        context="tencent",
+    ),
     _k("digitalocean_token", "DigitalOcean", "DIGITALOCEAN_TOKEN", lambda r: "dop_v1_" + rand(r, HEX, 64), "dop_v1_"),
-    _k("cloudflare_api_token", "Cloudflare", "CLOUDFLARE_API_TOKEN", lambda r: rand_mixed(r, ALNUM, 38) + "_" + "Q",
-       provider=False, context="cloudflare"),
-    _k("cloudflare_global_api_key", "Cloudflare", "CLOUDFLARE_API_KEY", lambda r: rand_mixed(r, HEX, 37),
-       provider=False, context="cloudflare"),
-    _k("cloudflare_origin_ca_key", "Cloudflare", "CLOUDFLARE_ORIGIN_CA_KEY",
-       lambda r: "v1.0-" + rand(r, HEX, 24) + "-" + rand(r, HEX, 146), "v1.0-"),
-    _k("azure_openai_api_key", "Azure OpenAI", "AZURE_OPENAI_API_KEY", lambda r: rand_mixed(r, HEX, 32),
-       provider=False, context="azure"),
-    _k("mistral_api_key", "Mistral", "MISTRAL_API_KEY", lambda r: rand_mixed(r, ALNUM, 32), provider=False, context="mistral"),
-    _k("twilio_auth_token", "Twilio", "TWILIO_AUTH_TOKEN", lambda r: rand_mixed(r, HEX, 32), provider=False, context="twilio"),
-    _k("heroku_api_key_uuid", "Heroku", "HEROKU_API_KEY",
-       lambda r: "-".join(rand(r, HEX, n) for n in (8, 4, 4, 4, 12)), provider=False, context="heroku"),
-    _k("paypal_client_secret", "PayPal", "PAYPAL_CLIENT_SECRET", lambda r: "E" + rand_mixed(r, B64URL, 79),
-       provider=False, context="paypal"),
-    _k("cohere_api_key", "Cohere", "COHERE_API_KEY", lambda r: rand_mixed(r, ALNUM, 40), provider=False, context="cohere"),
+    _k(
+        "cloudflare_api_token",
+        "Cloudflare",
+        "CLOUDFLARE_API_TOKEN",
+        lambda r: rand_mixed(r, ALNUM, 38) + "_" + "Q",
+        provider=False,
+        context="cloudflare",
+    ),
+    _k(
+        "cloudflare_global_api_key",
+        "Cloudflare",
+        "CLOUDFLARE_API_KEY",
+        lambda r: rand_mixed(r, HEX, 37),
+        provider=False,
+        context="cloudflare",
+    ),
+    _k(
+        "cloudflare_origin_ca_key",
+        "Cloudflare",
+        "CLOUDFLARE_ORIGIN_CA_KEY",
+        lambda r: "v1.0-" + rand(r, HEX, 24) + "-" + rand(r, HEX, 146),
+        "v1.0-",
+    ),
+    _k(
+        "azure_openai_api_key",
+        "Azure OpenAI",
+        "AZURE_OPENAI_API_KEY",
+        lambda r: rand_mixed(r, HEX, 32),
+        provider=False,
+        context="azure",
+    ),
+    _k(
+        "mistral_api_key",
+        "Mistral",
+        "MISTRAL_API_KEY",
+        lambda r: rand_mixed(r, ALNUM, 32),
+        provider=False,
+        context="mistral",
+    ),
+    _k(
+        "twilio_auth_token",
+        "Twilio",
+        "TWILIO_AUTH_TOKEN",
+        lambda r: rand_mixed(r, HEX, 32),
+        provider=False,
+        context="twilio",
+    ),
+    _k(
+        "heroku_api_key_uuid",
+        "Heroku",
+        "HEROKU_API_KEY",
+        lambda r: "-".join(rand(r, HEX, n) for n in (8, 4, 4, 4, 12)),
+        provider=False,
+        context="heroku",
+    ),
+    _k(
+        "paypal_client_secret",
+        "PayPal",
+        "PAYPAL_CLIENT_SECRET",
+        lambda r: "E" + rand_mixed(r, B64URL, 79),
+        provider=False,
+        context="paypal",
+    ),
+    _k(
+        "cohere_api_key",
+        "Cohere",
+        "COHERE_API_KEY",
+        lambda r: rand_mixed(r, ALNUM, 40),
+        provider=False,
+        context="cohere",
+    ),
     _k("heroku_api_key", "Heroku", "HEROKU_API_KEY", lambda r: "HRKU-AA" + rand(r, B64URL, 58), "HRKU-"),
     _k("supabase_access_token", "Supabase", "SUPABASE_ACCESS_TOKEN", lambda r: "sbp_" + rand(r, HEX, 40), "sbp_"),
-    _k("supabase_secret_key", "Supabase", "SUPABASE_SECRET_KEY", lambda r: "sb_secret_" + rand(r, ALNUM, 31), "sb_secret_"),
+    _k(
+        "supabase_secret_key",
+        "Supabase",
+        "SUPABASE_SECRET_KEY",
+        lambda r: "sb_secret_" + rand(r, ALNUM, 31),
+        "sb_secret_",
+    ),
     _k("databricks_token", "Databricks", "DATABRICKS_TOKEN", lambda r: "dapi" + rand(r, HEX, 32), "dapi"),
-    _k("firebase_fcm_server_key", "Firebase", "FCM_SERVER_KEY",
-       lambda r: "AAAA" + rand(r, B64URL, 7) + ":APA91b" + rand(r, B64URL, 134), "AAAA", url_safe=False),
+    _k(
+        "firebase_fcm_server_key",
+        "Firebase",
+        "FCM_SERVER_KEY",
+        lambda r: "AAAA" + rand(r, B64URL, 7) + ":APA91b" + rand(r, B64URL, 134),
+        "AAAA",
+        url_safe=False,
+    ),
     _k("hashicorp_vault_token", "Vault", "VAULT_TOKEN", lambda r: "hvs." + rand(r, B64URL, 90), "hvs."),
-    _k("terraform_cloud_token", "Terraform Cloud", "TFE_TOKEN",
-       lambda r: rand(r, ALNUM, 14) + ".atlasv1." + rand(r, B64URL, 67), ""),
+    _k(
+        "terraform_cloud_token",
+        "Terraform Cloud",
+        "TFE_TOKEN",
+        lambda r: rand(r, ALNUM, 14) + ".atlasv1." + rand(r, B64URL, 67),
+        "",
+    ),
     _k("doppler_token", "Doppler", "DOPPLER_TOKEN", lambda r: "dp.pt." + rand(r, ALNUM, 43), "dp.pt."),
     _k("pulumi_access_token", "Pulumi", "PULUMI_ACCESS_TOKEN", lambda r: "pul-" + rand(r, HEX, 40), "pul-"),
     _k("vercel_token", "Vercel", "VERCEL_TOKEN", lambda r: "vcp_" + rand_mixed(r, ALNUM, 56), "vcp_"),
@@ -197,72 +376,215 @@ KINDS: tuple[SecretKind, ...] = (
     _k("github_personal_access_token", "GitHub", "GITHUB_TOKEN", lambda r: "ghp_" + rand(r, ALNUM, 36), "ghp_"),
     _k("github_oauth_token", "GitHub", "GH_OAUTH_TOKEN", lambda r: "gho_" + rand(r, ALNUM, 36), "gho_"),
     _k("github_user_to_server_token", "GitHub", "GITHUB_TOKEN", lambda r: "ghu_" + rand(r, ALNUM, 36), "ghu_"),
-    _k("github_server_to_server_token", "GitHub Actions", "GITHUB_TOKEN", lambda r: "ghs_" + rand(r, ALNUM, 36), "ghs_"),
+    _k(
+        "github_server_to_server_token", "GitHub Actions", "GITHUB_TOKEN", lambda r: "ghs_" + rand(r, ALNUM, 36), "ghs_"
+    ),
     _k("github_refresh_token", "GitHub", "GITHUB_REFRESH_TOKEN", lambda r: "ghr_" + rand(r, ALNUM, 76), "ghr_"),
-    _k("github_fine_grained_pat", "GitHub", "GITHUB_PAT",
-       lambda r: "github_pat_11" + rand(r, UPPER_ALNUM, 20) + "_" + rand(r, ALNUM, 59), "github_pat_"),
+    _k(
+        "github_fine_grained_pat",
+        "GitHub",
+        "GITHUB_PAT",
+        lambda r: "github_pat_11" + rand(r, UPPER_ALNUM, 20) + "_" + rand(r, ALNUM, 59),
+        "github_pat_",
+    ),
     _k("gitlab_token", "GitLab", "GITLAB_TOKEN", lambda r: "glpat-" + rand(r, B64URL, 20), "glpat-"),
     _k("npm_token", "npm", "NPM_TOKEN", lambda r: "npm_" + rand(r, ALNUM, 36), "npm_"),
-    _k("pypi_token", "PyPI", "PYPI_TOKEN", lambda r: "pypi-AgEIcHlwaS5vcmc" + rand(r, B64URL, 140), "pypi-AgEIcHlwaS5vcmc"),
+    _k(
+        "pypi_token",
+        "PyPI",
+        "PYPI_TOKEN",
+        lambda r: "pypi-AgEIcHlwaS5vcmc" + rand(r, B64URL, 140),
+        "pypi-AgEIcHlwaS5vcmc",
+    ),
     _k("dockerhub_token", "Docker Hub", "DOCKERHUB_TOKEN", lambda r: "dckr_pat_" + rand(r, B64URL, 27), "dckr_pat_"),
-    _k("atlassian_api_token", "Jira", "JIRA_API_TOKEN",
-       lambda r: "ATATT3xFfGF0" + rand(r, B64URL, 170) + "=" + rand(r, HEX.upper(), 8), "ATATT3xFfGF0", url_safe=False),
+    _k(
+        "atlassian_api_token",
+        "Jira",
+        "JIRA_API_TOKEN",
+        lambda r: "ATATT3xFfGF0" + rand(r, B64URL, 170) + "=" + rand(r, HEX.upper(), 8),
+        "ATATT3xFfGF0",
+        url_safe=False,
+    ),
     _k("linear_api_key", "Linear", "LINEAR_API_KEY", lambda r: "lin_api_" + rand(r, ALNUM, 40), "lin_api_"),
     _k("notion_token", "Notion", "NOTION_TOKEN", lambda r: "ntn_" + rand(r, ALNUM, 46), "ntn_"),
     _k("sentry_token", "Sentry", "SENTRY_AUTH_TOKEN", lambda r: "sntryu_" + rand(r, HEX, 64), "sntryu_"),
-    _k("postman_api_key", "Postman", "POSTMAN_API_KEY", lambda r: "PMAK-" + rand(r, HEX, 24) + "-" + rand(r, HEX, 34), "PMAK-"),
-    _k("grafana_token", "Grafana", "GRAFANA_SERVICE_ACCOUNT_TOKEN",
-       lambda r: "glsa_" + rand(r, ALNUM, 32) + "_" + rand(r, HEX, 8), "glsa_"),
+    _k(
+        "postman_api_key",
+        "Postman",
+        "POSTMAN_API_KEY",
+        lambda r: "PMAK-" + rand(r, HEX, 24) + "-" + rand(r, HEX, 34),
+        "PMAK-",
+    ),
+    _k(
+        "grafana_token",
+        "Grafana",
+        "GRAFANA_SERVICE_ACCOUNT_TOKEN",
+        lambda r: "glsa_" + rand(r, ALNUM, 32) + "_" + rand(r, HEX, 8),
+        "glsa_",
+    ),
     _k("newrelic_api_key", "New Relic", "NEW_RELIC_API_KEY", lambda r: "NRAK-" + rand(r, UPPER_ALNUM, 27), "NRAK-"),
     _k("figma_token", "Figma", "FIGMA_TOKEN", lambda r: "figd_" + rand(r, B64URL, 40), "figd_"),
-    _k("airtable_token", "Airtable", "AIRTABLE_TOKEN", lambda r: "pat" + rand(r, ALNUM, 14) + "." + rand(r, HEX, 64), "pat"),
+    _k(
+        "airtable_token",
+        "Airtable",
+        "AIRTABLE_TOKEN",
+        lambda r: "pat" + rand(r, ALNUM, 14) + "." + rand(r, HEX, 64),
+        "pat",
+    ),
     # messaging, email
-    _k("slack_token", "Slack", "SLACK_BOT_TOKEN",
-       lambda r: f"xoxb-{r.randrange(10**11, 10**12)}-{r.randrange(10**12, 10**13)}-{rand(r, ALNUM, 24)}", "xoxb-"),
-    _k("slack_app_token", "Slack", "SLACK_APP_TOKEN",
-       lambda r: f"xapp-1-A{rand(r, UPPER_ALNUM, 10)}-{r.randrange(10**12, 10**13)}-{rand(r, HEX, 64)}", "xapp-"),
-    _k("slack_webhook_url", "Slack", "SLACK_WEBHOOK_URL",
-       lambda r: f"https://hooks.slack.com/services/T{rand(r, UPPER_ALNUM, 8)}/B{rand(r, UPPER_ALNUM, 10)}/{rand(r, ALNUM, 24)}",
-       "https://hooks.slack.com/services/", url_safe=False),
-    _k("telegram_bot_token", "Telegram", "TELEGRAM_BOT_TOKEN",
-       lambda r: f"{r.randrange(10**8, 10**10)}:AA{rand_mixed(r, B64URL, 33)}", url_safe=False),
-    _k("discord_bot_token", "Discord", "DISCORD_BOT_TOKEN",
-       lambda r: r.choice("MNO") + rand_mixed(r, ALNUM, 23) + "." + rand(r, B64URL, 6) + "." + rand_mixed(r, B64URL, 38)),
-    _k("discord_webhook_url", "Discord", "DISCORD_WEBHOOK_URL",
-       lambda r: f"https://discord.com/api/webhooks/{r.randrange(10**17, 10**19)}/{rand(r, B64URL, 68)}",
-       "https://discord.com/api/webhooks/", url_safe=False),
+    _k(
+        "slack_token",
+        "Slack",
+        "SLACK_BOT_TOKEN",
+        lambda r: f"xoxb-{r.randrange(10**11, 10**12)}-{r.randrange(10**12, 10**13)}-{rand(r, ALNUM, 24)}",
+        "xoxb-",
+    ),
+    _k(
+        "slack_app_token",
+        "Slack",
+        "SLACK_APP_TOKEN",
+        lambda r: f"xapp-1-A{rand(r, UPPER_ALNUM, 10)}-{r.randrange(10**12, 10**13)}-{rand(r, HEX, 64)}",
+        "xapp-",
+    ),
+    _k(
+        "slack_webhook_url",
+        "Slack",
+        "SLACK_WEBHOOK_URL",
+        lambda r: f"T{rand(r, UPPER_ALNUM, 8)}/B{rand(r, UPPER_ALNUM, 10)}/{rand(r, ALNUM, 24)}",
+        wrap=lambda v: "https://hooks.slack.com/services/" + v,
+        url_safe=False,
+        misses=("https://hooks.slack.com/services/T000/B000/XXXX", "https://hooks.slack.com/services/" + "x" * 40),
+    ),
+    _k(
+        "telegram_bot_token",
+        "Telegram",
+        "TELEGRAM_BOT_TOKEN",
+        lambda r: f"{r.randrange(10**8, 10**10)}:AA{rand_mixed(r, B64URL, 33)}",
+        url_safe=False,
+    ),
+    _k(
+        "discord_bot_token",
+        "Discord",
+        "DISCORD_BOT_TOKEN",
+        lambda r: (
+            r.choice("MNO") + rand_mixed(r, ALNUM, 23) + "." + rand(r, B64URL, 6) + "." + rand_mixed(r, B64URL, 38)
+        ),
+    ),
+    _k(
+        "discord_webhook_url",
+        "Discord",
+        "DISCORD_WEBHOOK_URL",
+        lambda r: f"{r.randrange(10**17, 10**19)}/{rand(r, B64URL, 68)}",
+        wrap=lambda v: "https://discord.com/api/webhooks/" + v,
+        url_safe=False,
+        misses=("https://discord.com/api/webhooks/123/abc", "https://discord.com/api/webhooks/{id}/{token}"),
+    ),
     _k("twilio_api_key", "Twilio", "TWILIO_API_KEY", lambda r: "SK" + rand(r, HEX, 32), "SK"),
-    _k("sendgrid_api_key", "SendGrid", "SENDGRID_API_KEY",
-       lambda r: "SG." + rand(r, B64URL, 22) + "." + rand(r, B64URL, 43), "SG."),
+    _k(
+        "sendgrid_api_key",
+        "SendGrid",
+        "SENDGRID_API_KEY",
+        lambda r: "SG." + rand(r, B64URL, 22) + "." + rand(r, B64URL, 43),
+        "SG.",
+    ),
     _k("mailgun_api_key", "Mailgun", "MAILGUN_API_KEY", lambda r: "key-" + rand(r, HEX, 32), "key-"),
-    _k("mailchimp_api_key", "Mailchimp", "MAILCHIMP_API_KEY", lambda r: rand_mixed(r, HEX, 32) + f"-us{r.randrange(1, 21)}"),
-    _k("resend_api_key", "Resend", "RESEND_API_KEY", lambda r: "re_" + rand(r, ALNUM, 8) + "_" + rand(r, ALNUM, 24), "re_"),
+    _k(
+        "mailchimp_api_key",
+        "Mailchimp",
+        "MAILCHIMP_API_KEY",
+        lambda r: rand_mixed(r, HEX, 32) + f"-us{r.randrange(1, 21)}",
+    ),
+    _k(
+        "resend_api_key",
+        "Resend",
+        "RESEND_API_KEY",
+        lambda r: "re_" + rand(r, ALNUM, 8) + "_" + rand(r, ALNUM, 24),
+        "re_",
+    ),
     # payments
     _k("stripe_secret_key", "Stripe", "STRIPE_SECRET_KEY", lambda r: "sk_live_" + rand(r, ALNUM, 99), "sk_live_"),
-    _k("stripe_restricted_key", "Stripe", "STRIPE_RESTRICTED_KEY", lambda r: "rk_live_" + rand(r, ALNUM, 99), "rk_live_"),
+    _k(
+        "stripe_restricted_key",
+        "Stripe",
+        "STRIPE_RESTRICTED_KEY",
+        lambda r: "rk_live_" + rand(r, ALNUM, 99),
+        "rk_live_",
+    ),
     _k("stripe_webhook_secret", "Stripe", "STRIPE_WEBHOOK_SECRET", lambda r: "whsec_" + rand(r, ALNUM, 32), "whsec_"),
     _k("shopify_token", "Shopify", "SHOPIFY_ACCESS_TOKEN", lambda r: "shpat_" + rand(r, HEX, 32), "shpat_"),
-    _k("square_access_token", "Square", "SQUARE_ACCESS_TOKEN", lambda r: "EAAA" + rand_mixed(r, B64URL, 60), "EAAA"),
+    _k("square_token", "Square", "SQUARE_ACCESS_TOKEN", lambda r: "EAAA" + rand_mixed(r, B64URL, 60), "EAAA"),
     _k("square_oauth_secret", "Square", "SQUARE_OAUTH_SECRET", lambda r: "sq0csp-" + rand(r, B64URL, 43), "sq0csp-"),
-    _k("braintree_access_token", "Braintree", "BRAINTREE_ACCESS_TOKEN",
-       lambda r: f"access_token$production${rand(r, LOWER_ALNUM, 16)}${rand(r, HEX, 32)}", "access_token$production$",
-       url_safe=False),
+    _k(
+        "braintree_token",
+        "Braintree",
+        "BRAINTREE_ACCESS_TOKEN",
+        lambda r: f"production${rand(r, LOWER_ALNUM, 16)}${rand(r, HEX, 32)}",
+        "production$",
+        wrap=lambda v: "access_token$" + v,
+        url_safe=False,
+    ),
     # generic formats
     _k("jwt", "Supabase", "SUPABASE_SERVICE_ROLE_KEY", _jwt, "eyJ"),
-    _k("mapbox_secret_token", "Mapbox", "MAPBOX_SECRET_TOKEN",
-       lambda r: "sk.eyJ1Ijoi" + rand(r, B64URL, 60) + "." + rand(r, B64URL, 22), "sk.eyJ"),
+    _k(
+        "mapbox_secret_token",
+        "Mapbox",
+        "MAPBOX_SECRET_TOKEN",
+        lambda r: "sk.eyJ1Ijoi" + rand(r, B64URL, 60) + "." + rand(r, B64URL, 22),
+        "sk.eyJ",
+    ),
     _k("dropbox_token", "Dropbox", "DROPBOX_ACCESS_TOKEN", lambda r: "sl.u." + rand(r, B64URL, 140), "sl.u."),
-    _k("age_secret_key", "age", "AGE_SECRET_KEY", lambda r: "AGE-SECRET-KEY-1" + rand(r, BECH32, 58), "AGE-SECRET-KEY-1"),
-    _k("openssh_private_key", "SSH", "SSH_PRIVATE_KEY", lambda r: _pem(r, "OPENSSH PRIVATE KEY", 1600),
-       "-----BEGIN OPENSSH PRIVATE KEY-----", multiline=True, url_safe=False),
-    _k("pgp_private_key", "GPG", "GPG_PRIVATE_KEY", lambda r: _pem(r, "PGP PRIVATE KEY BLOCK", 2400),
-       "-----BEGIN PGP PRIVATE KEY BLOCK-----", multiline=True, url_safe=False),
-    _k("private_key", "TLS", "TLS_PRIVATE_KEY", lambda r: _pem(r, r.choice(["RSA PRIVATE KEY", "PRIVATE KEY", "EC PRIVATE KEY"])),
-       "-----BEGIN PRIVATE KEY-----", multiline=True, url_safe=False),
-    _k("putty_private_key", "PuTTY", "PUTTY_KEY",
-       lambda r: "PuTTY-User-Key-File-3: ssh-ed25519\nEncryption: none\nComment: deploy\nPublic-Lines: 2\n"
-       + rand(r, B64, 64) + "\n" + rand(r, B64, 20) + "\nPrivate-Lines: 1\n" + rand(r, B64, 44)
-       + "\nPrivate-MAC: " + rand(r, HEX, 64), "PuTTY-User-Key-File-3:", multiline=True, url_safe=False),
+    _k(
+        "age_secret_key",
+        "age",
+        "AGE_SECRET_KEY",
+        lambda r: "AGE-SECRET-KEY-1" + rand(r, BECH32, 58),
+        "AGE-SECRET-KEY-1",
+    ),
+    _k(
+        "openssh_private_key",
+        "SSH",
+        "SSH_PRIVATE_KEY",
+        lambda r: _pem(r, "OPENSSH PRIVATE KEY", 1600),
+        "-----BEGIN OPENSSH PRIVATE KEY-----",
+        multiline=True,
+        url_safe=False,
+    ),
+    _k(
+        "pgp_private_key",
+        "GPG",
+        "GPG_PRIVATE_KEY",
+        lambda r: _pem(r, "PGP PRIVATE KEY BLOCK", 2400),
+        "-----BEGIN PGP PRIVATE KEY BLOCK-----",
+        multiline=True,
+        url_safe=False,
+    ),
+    _k(
+        "private_key",
+        "TLS",
+        "TLS_PRIVATE_KEY",
+        lambda r: _pem(r, r.choice(["RSA PRIVATE KEY", "PRIVATE KEY", "EC PRIVATE KEY"])),
+        "-----BEGIN PRIVATE KEY-----",
+        multiline=True,
+        url_safe=False,
+    ),
+    _k(
+        "putty_private_key",
+        "PuTTY",
+        "PUTTY_KEY",
+        lambda r: (
+            "PuTTY-User-Key-File-3: ssh-ed25519\nEncryption: none\nComment: deploy\nPublic-Lines: 2\n"
+            + rand(r, B64, 64)
+            + "\n"
+            + rand(r, B64, 20)
+            + "\nPrivate-Lines: 1\n"
+            + rand(r, B64, 44)
+            + "\nPrivate-MAC: "
+            + rand(r, HEX, 64)
+        ),
+        "PuTTY-User-Key-File-3:",
+        multiline=True,
+        url_safe=False,
+    ),
     # generic chat forms: no known format, found through a name or a cue
     _k("token_cue", "TokenMall", "TOKENMALL_API_KEY", _opaque, provider=False),
     _k("password_cue", "GitLab", "DB_PASSWORD", _password, provider=False, password=True, url_safe=False),
@@ -279,6 +601,7 @@ GENERIC_KINDS = ("token_cue", "password_cue", "url_credentials", "authorization_
 # Templates. `{v}` is the secret (after `wrap`), `{svc}` the service, `{env}` its variable name.
 # Flags say what a template gives a detector: a cue word next to the value, or the service named
 # before it (needed by context rules such as AWS secret keys).
+
 
 @dataclass(frozen=True)
 class Template:
@@ -309,31 +632,54 @@ TEMPLATES: tuple[Template, ...] = (
     Template("zh", "我刚申请了{svc}的账号，{v}，你帮我配置一下", False, True, False),
     Template("zh", "{svc}的密钥在这里\n{v}\n用完记得删掉", False, True),
     # code blocks
-    Template("code", "```python\nimport os\nclient = Client(api_key=\"{v}\")\nprint(client.models.list())\n```", True, False, False),
+    Template(
+        "code",
+        '```python\nimport os\nclient = Client(api_key="{v}")\nprint(client.models.list())\n```',
+        True,
+        False,
+        False,
+    ),
     Template("code", "```bash\nexport {env}={v}\npython main.py\n```", True, True, False),
-    Template("code", "```js\nconst apiToken = '{v}';\nawait fetch(url, { headers: { Authorization: `Bearer ${apiToken}` } });\n```",
-             True, False, False),
+    Template(
+        "code",
+        "```js\nconst apiToken = '{v}';\nawait fetch(url, { headers: { Authorization: `Bearer ${apiToken}` } });\n```",
+        True,
+        False,
+        False,
+    ),
     Template("code", "```yaml\n{svc_id}:\n  api_key: {v}\n  timeout: 30\n```", True, True, False),
     Template("code", "```\n{v}\n```\nthat's the {svc} one", False, False),
-    Template("code", "PowerShell: `$env:{env}=\"{v}\"`", True, True, False),
+    Template("code", 'PowerShell: `$env:{env}="{v}"`', True, True, False),
     # JSON
     Template("json", '{"provider": "{svc}", "apiKey": "{v}", "model": "default"}', True, True, False),
     Template("json", '```json\n{\n  "{env_lower}": "{v}",\n  "enabled": true\n}\n```', True, True, False),
-    Template("json", 'config dump: {"auth": {"mode": "token", "token": "{v}"}, "service": "{svc}"}', True, False, False),
+    Template(
+        "json", 'config dump: {"auth": {"mode": "token", "token": "{v}"}, "service": "{svc}"}', True, False, False
+    ),
     # .env dumps
-    Template("env", "here's my .env:\n```\nNODE_ENV=production\nPORT=3000\n{env}={v}\nLOG_LEVEL=debug\n```", True, True, False),
-    Template("env", "{env}=\"{v}\"\nREGION=us-east-1", True, True, False),
+    Template(
+        "env",
+        "here's my .env:\n```\nNODE_ENV=production\nPORT=3000\n{env}={v}\nLOG_LEVEL=debug\n```",
+        True,
+        True,
+        False,
+    ),
+    Template("env", '{env}="{v}"\nREGION=us-east-1', True, True, False),
     Template("env", "docker run -e {env}={v} -p 8080:8080 myapp:latest", True, True, False),
     # backticks and commands
     Template("backtick", "my {svc} key is `{v}`", True, True, False),
     Template("backtick", "运行前先设置 `{env}={v}`", True, True, False),
-    Template("curl", "curl https://api.example.com/v1/chat -H \"Authorization: Bearer {v}\" -d @req.json", True, False, False),
+    Template(
+        "curl", 'curl https://api.example.com/v1/chat -H "Authorization: Bearer {v}" -d @req.json', True, False, False
+    ),
     Template("curl", "{svc} CLI: mytool login --token {v}", True, True, False),
     Template("curl", "GET https://api.example.com/v1/data?api_key={v}&format=json ({svc})", True, False, False),
     # other shapes
     Template("zh", "（{svc} key：{v}）", True, True, False),
     Template("en", "| service | value |\n|---|---|\n| {svc} | {v} |", False, True, False),
-    Template("json", '{"tool": "write", "content": "{\\"apiKey\\": \\"{v}\\", \\"svc\\": \\"{svc}\\"}"}', True, False, False),
+    Template(
+        "json", '{"tool": "write", "content": "{\\"apiKey\\": \\"{v}\\", \\"svc\\": \\"{svc}\\"}"}', True, False, False
+    ),
 )
 
 PASSWORD_TEMPLATES: tuple[Template, ...] = (
@@ -358,19 +704,23 @@ URL_TEMPLATES: tuple[Template, ...] = (
     Template("url", "DATABASE_URL=mysql://root:{v}@10.0.0.5:3306/shop", True, True, url=True),
     Template("url", "redis 连接串：redis://default:{v}@cache.example.cn:6379/0", True, False, url=True),
     Template("url", "git clone https://deploy:{v}@git.example.com/team/repo.git", True, False, url=True),
-    Template("url", "```\nmongodb+srv://svc:{v}@cluster0.ab1cd.mongodb.net/prod?retryWrites=true\n```", True, False, url=True),
+    Template(
+        "url", "```\nmongodb+srv://svc:{v}@cluster0.ab1cd.mongodb.net/prod?retryWrites=true\n```", True, False, url=True
+    ),
     Template("url", "curl -u ops:{v} https://grafana.example.com/api/health", True, False, url=True),
 )
 
 HEADER_TEMPLATES: tuple[Template, ...] = (
     Template("curl", "curl -H 'Authorization: Bearer {v}' https://internal.example.com/api", True, False),
-    Template("curl", "GET /v1/items HTTP/1.1\nHost: api.example.com\nAuthorization: Bearer {v}\nAccept: */*", True, False),
+    Template(
+        "curl", "GET /v1/items HTTP/1.1\nHost: api.example.com\nAuthorization: Bearer {v}\nAccept: */*", True, False
+    ),
     Template("json", '{"headers": {"Authorization": "Bearer {v}"}}', True, False),
-    Template("code", "```python\nheaders = {\"Authorization\": \"Bearer {v}\"}\n```", True, False),
+    Template("code", '```python\nheaders = {"Authorization": "Bearer {v}"}\n```', True, False),
 )
 
 BASIC_TEMPLATES: tuple[Template, ...] = (
-    Template("curl", "curl -H \"Authorization: Basic {v}\" https://es.example.com:9200/_cat/indices", True, False),
+    Template("curl", 'curl -H "Authorization: Basic {v}" https://es.example.com:9200/_cat/indices', True, False),
     Template("en", "the proxy wants Authorization: Basic {v}", True, False),
 )
 
@@ -393,8 +743,12 @@ class CorpusMessage:
 def _fill(template: str, kind: SecretKind, wrapped: str) -> str:
     svc_id = "".join(c for c in kind.service.lower() if c.isalnum()) or "service"
     out = template
-    for key, val in (("{svc_id}", svc_id), ("{svc}", kind.service), ("{env_lower}", kind.env_name.lower()),
-                     ("{env}", kind.env_name)):
+    for key, val in (
+        ("{svc_id}", svc_id),
+        ("{svc}", kind.service),
+        ("{env_lower}", kind.env_name.lower()),
+        ("{env}", kind.env_name),
+    ):
         out = out.replace(key, val)
     return out.replace("{v}", wrapped)
 
@@ -481,7 +835,7 @@ def near_misses(kind: SecretKind, rng: random.Random) -> list[str]:
     """Strings shaped like `kind` that are not secrets: too short, or placeholders."""
     value = kind.make(rng)
     prefix = kind.prefix
-    misses: list[str] = []
+    misses: list[str] = list(kind.misses)
     if kind.multiline:
         misses.append(prefix + "\n...\n" + prefix.replace("BEGIN", "END"))
         misses.append(prefix)

@@ -601,7 +601,7 @@ def create_database(path: Path, shape: Shape = "v23", *, agent_id: str = "main",
     try:
         register_octet_length(conn)
         conn.execute(f"PRAGMA journal_mode={journal_mode}").fetchall()
-        conn.executescript(ddl_for(shape))
+        conn.executescript("BEGIN;\n" + ddl_for(shape) + "\nCOMMIT;")  # one transaction: one fsync, not dozens
         now = _now_ms()
         conn.execute("INSERT INTO schema_meta (meta_key, role, schema_version, agent_id, app_version, created_at,"
                      " updated_at) VALUES ('primary', 'agent', ?, ?, ?, ?, ?)",

@@ -181,7 +181,9 @@ def test_bad_zstd_rows_become_row_errors_not_exceptions(tmp_path: Path) -> None:
     with OpenClawWriter(path) as writer, SqliteTranscriptReader(path, AGENT) as reader:
         sid = writer.create_session("agent:main:main")
         seqs = writer.append(sid, *(message_event(long_text(4000, seed=i)) for i in range(4)))
-        corrupt, mismatch, truncated, good = seqs
+        writer.zstd_content_size = False  # a frame that does not declare its size
+        seqs += writer.append(sid, message_event(long_text(4000, seed=9)))
+        corrupt, mismatch, truncated, good, undeclared = seqs
         events = writer.events(sid)
         frame = writer.conn.execute("SELECT event_zstd FROM transcript_events WHERE session_id = ? AND seq = ?",
                                     (sid, corrupt)).fetchone()[0]
@@ -193,13 +195,16 @@ def test_bad_zstd_rows_become_row_errors_not_exceptions(tmp_path: Path) -> None:
                          " WHERE session_id = ? AND seq = ?", (sid, mismatch))
             conn.execute("UPDATE transcript_events SET event_zstd = substr(event_zstd, 1, 20)"
                          " WHERE session_id = ? AND seq = ?", (sid, truncated))
+            conn.execute("UPDATE transcript_events SET event_utf8_bytes = event_utf8_bytes + 5"
+                         " WHERE session_id = ? AND seq = ?", (sid, undeclared))
         lead = Lead(reader)
         lead.drain()
         reasons = {seq: reason for _, seq, reason in lead.errors}
-        assert reasons == {corrupt: "zstd_corrupt", mismatch: "zstd_length_mismatch", truncated: "zstd_corrupt"}
+        assert reasons == {corrupt: "zstd_corrupt", mismatch: "zstd_length_mismatch", truncated: "zstd_corrupt",
+                           undeclared: "zstd_length_mismatch"}
         assert lead.store == {
             (header_id(events), entry_id(events[i])): events[i] for i in (0, good)}
-        assert lead.cursors[sid].next_seq == good + 1  # moved past the bad rows
+        assert lead.cursors[sid].next_seq == undeclared + 1  # moved past the bad rows
         assert lead.poll().batches == ()  # and they are not reported again
 
 
@@ -222,7 +227,7 @@ def test_suffix_rewrite_rewalks_and_leaves_the_final_transcript(tmp_path: Path, 
         assert batch.rewalk
         assert batch.rewalk_reason == ("rows_changed" if shape == "early" else "generation_changed")  # 10 rows -> 8
         assert [r.source.seq for r in batch.records] == list(range(8))
-        assert batch.present_event_ids == {entry_id(e) for e in writer.events(sid)}
+        assert batch.present_event_ids == frozenset(entry_id(e) for e in writer.events(sid))
         assert not dropped & {k[1] for k in lead.store}
         assert lead.store == writer_truth(writer)
         writer.append(sid, message_event("after"))

@@ -187,9 +187,7 @@ def test_edge_idf_modifier_completes_bm25(idf_shard: object) -> None:
 
     docs = ["the cat sat on the mat", "a dog and a cat", "the dog barked", "birds sing", "cat cat cat"]
     vecs = [sparse_document(d) for d in docs]
-    points = [
-        qe.Point(i, {"sparse": qe.SparseVector(list(v.indices), list(v.values))}, {}) for i, v in enumerate(vecs)
-    ]
+    points = [qe.Point(i, {"sparse": qe.SparseVector(list(v.indices), list(v.values))}, {}) for i, v in enumerate(vecs)]
     idf_shard.update(qe.UpdateOperation.upsert_points(points))  # type: ignore[attr-defined]
     query = sparse_query("cat mat")
     found = idf_shard.query(  # type: ignore[attr-defined]

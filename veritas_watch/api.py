@@ -135,6 +135,11 @@ def make_app(daemon: Daemon) -> web.Application:
     app.router.add_get("/status", status)
     app.router.add_post("/search", search)
     app.router.add_get("/export", export)
+    from veritas_watch.metrics import metrics_handler
+    from veritas_watch.selftest import cleanup_handler
+
+    app.router.add_get("/metrics", metrics_handler)
+    app.router.add_post("/selftest/cleanup", cleanup_handler)  # deletes agent veritas-selftest's points only
     return app
 
 

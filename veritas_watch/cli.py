@@ -36,6 +36,11 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true")
     export = sub.add_parser("export", help="every stored point as one JSON line (id and payload)")
     export.add_argument("--agent", help="only this agent's points")
+    doctor = sub.add_parser("doctor", help="check state dir, permissions, inotify, model, store, unit; say what to fix")
+    doctor.add_argument("--json", action="store_true")
+    doctor.add_argument("--unit", action="append", type=Path, help="check this unit file instead of the installed one")
+    selftest = sub.add_parser("selftest", help="write a marked entry, find it through the running daemon, remove it")
+    selftest.add_argument("--timeout", type=float, default=60.0, help="seconds to wait until it is searchable")
     return parser
 
 
@@ -182,6 +187,20 @@ def cmd_export(config: Config, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_doctor(config: Config, args: argparse.Namespace) -> int:
+    from veritas_watch.doctor import exit_code, render_report, run_doctor
+
+    checks = run_doctor(config, unit_paths=args.unit)
+    print(json.dumps([c.to_dict() for c in checks], indent=2) if args.json else render_report(checks))
+    return exit_code(checks)
+
+
+def cmd_selftest(config: Config, args: argparse.Namespace) -> int:
+    from veritas_watch.selftest import run_selftest
+
+    return run_selftest(config, timeout=args.timeout)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -196,7 +215,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command in ("run", "backfill"):
             return cmd_run(config, once=args.command == "backfill")
-        handlers = {"search": cmd_search, "status": cmd_status, "export": cmd_export}
+        handlers = {"search": cmd_search, "status": cmd_status, "export": cmd_export, "doctor": cmd_doctor,
+                    "selftest": cmd_selftest}
         return handlers[args.command](config, args)
     except KeyboardInterrupt:
         return 130

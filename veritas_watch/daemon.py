@@ -12,7 +12,7 @@ import secrets
 import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,13 +22,17 @@ import structlog
 from veritas_watch import log as logsetup
 from veritas_watch.config import Config, load_config
 from veritas_watch.features.gap_service import GapService
-from veritas_watch.openclaw import iter_agents
-from veritas_watch.pipeline import CommitBatch, SessionState, Sink, Transformed, Work, make_points, transform_records
+from veritas_watch.metrics import DaemonMetrics
+from veritas_watch.model import RawRecord, SessionState, SourceRef
+from veritas_watch.openclaw import AgentDirs, iter_agents
+from veritas_watch.pipeline import CommitBatch, Sink, Transformed, Work, make_points, transform_records
 from veritas_watch.sinks.embed import Embedder, load_embedder
 from veritas_watch.sinks.factory import open_store
 from veritas_watch.sinks.store import SCHEMA_VERSION, Store, StoredPoint, StoreError, StoreMeta
 from veritas_watch.sources.cursors import CursorStore, FileCursor
 from veritas_watch.sources.jsonl import JsonlTailer, ReadUnit, TrackedFile
+from veritas_watch.sources.sqlite import SqlitePoll
+from veritas_watch.sources.sqlite_feed import SqliteFeed, SqliteUnit, stale_point_cleanup
 from veritas_watch.sources.watch import ChangeWatcher
 
 log = structlog.get_logger()
@@ -56,13 +60,15 @@ class Runtime:
     cursors: CursorStore
     sink: Sink
     tailer: JsonlTailer
+    sqlite: SqliteFeed
     redact_key: bytes
 
 
 StoreWrapper = Callable[[Store], Store]
 
 
-def open_runtime(config: Config, commit: CommitBatch, wrap_store: StoreWrapper | None = None) -> Runtime:
+def open_runtime(config: Config, commit: CommitBatch, wrap_store: StoreWrapper | None = None,
+                 on_store_latency: Callable[[float], None] | None = None) -> Runtime:
     data_dir = config.data_dir
     data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     emb = config.embedding
@@ -82,11 +88,11 @@ def open_runtime(config: Config, commit: CommitBatch, wrap_store: StoreWrapper |
     pipe = config.pipeline
     sink = Sink(store, embedder, commit, batch_size=pipe.batch_size, linger_ms=pipe.linger_ms,
                 queue_size=pipe.queue_size,
-                retry_initial=pipe.retry_initial, retry_max=pipe.retry_max)
+                retry_initial=pipe.retry_initial, retry_max=pipe.retry_max, on_store_latency=on_store_latency)
     cursors = CursorStore(data_dir / "cursors.sqlite")
     tailer = JsonlTailer(config.state_dir, cursors.load_files(), max_line_bytes=config.watch.max_line_bytes,
                          read_chunk_bytes=config.watch.read_chunk_bytes)
-    return Runtime(config, embedder, cursors, sink, tailer, load_redact_key(data_dir))
+    return Runtime(config, embedder, cursors, sink, tailer, SqliteFeed(cursors), load_redact_key(data_dir))
 
 
 class Daemon:
@@ -101,6 +107,7 @@ class Daemon:
         self.rt: Runtime | None = None
         self.watcher: ChangeWatcher | None = None
         self.gaps: GapService | None = None
+        self.metrics = DaemonMetrics(self)
         self._signals = 0
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -159,6 +166,7 @@ class Daemon:
             await rt.sink.in_store_thread(rt.sink.store.close)
             rt.sink.close()
             rt.tailer.close()
+            rt.sqlite.close()
             rt.cursors.close()
             log.info("daemon_stopped", drained=drained, stored=rt.sink.stats.stored)
         return 0
@@ -169,7 +177,8 @@ class Daemon:
         attempt = 0
         while True:
             try:
-                return await asyncio.to_thread(open_runtime, self.config, self.commit_batch, self.wrap_store)
+                return await asyncio.to_thread(open_runtime, self.config, self.commit_batch, self.wrap_store,
+                                               self.metrics.observe_store_latency)
             except StoreError as exc:
                 if not self.config.store.url:
                     raise
@@ -188,14 +197,15 @@ class Daemon:
         self.stop_event.set()
 
     def _on_reload(self) -> None:
-        self.notifier.notify("RELOADING=1")
+        # systemd wants the reload's start time with RELOADING=1 (sd_notify(3)).
+        self.notifier.notify(f"RELOADING=1\nMONOTONIC_USEC={time.monotonic_ns() // 1000}")
         try:
             fresh = load_config(self.config.source_file or None)
             logsetup.set_level(fresh.log.level)
             log.info("config_reloaded", log_level=fresh.log.level)
         except Exception as exc:
             log.error("config_reload_failed", error=str(exc))
-        self.notifier.notify(f"READY=1\nMONOTONIC_USEC={time.monotonic_ns() // 1000}")
+        self.notifier.notify("READY=1")
 
     # -- the sweep: the source of truth ------------------------------------------------------------
 
@@ -242,9 +252,59 @@ class Daemon:
                 if not unit_and_work.at_eof:
                     still.append(tracked)
             pending = still
+        busy = await self._poll_sqlite_sources(agents) or busy
         if self.watcher is not None:
             self.watcher.refresh()
         return busy
+
+    async def _poll_sqlite_sources(self, agents: Sequence[AgentDirs]) -> bool:
+        """Poll each agent's SQLite store; wait for each poll's work to be committed before the next."""
+        rt = self.rt
+        assert rt is not None
+        busy = False
+        loop = asyncio.get_running_loop()
+        for agent in agents:
+            if not agent.sqlite.is_file():
+                continue
+            while True:
+                poll = await asyncio.to_thread(rt.sqlite.poll, agent.sqlite, agent.agent_id)
+                if poll is None or not poll.batches:
+                    break
+                busy = True
+                works = await asyncio.to_thread(self._transform_sqlite, poll)
+                for work in works:
+                    work.done = loop.create_future()
+                    await rt.sink.queue.put(work)
+                results = await asyncio.gather(*(w.done for w in works if w.done), return_exceptions=True)
+                if any(isinstance(r, BaseException) for r in results) or not poll.has_more:
+                    break
+            if self.gaps is not None:
+                db = str(agent.sqlite)
+                for sid, state in await asyncio.to_thread(rt.sqlite.ended_sessions, db):
+                    last_ts = state.get("last_entry_ts")
+                    await self.gaps.session_ended(agent.agent_id, str(state.get("point_session_id") or sid),
+                                                  f"{db}#{sid}", last_ts if isinstance(last_ts, str) else None,
+                                                  str(state.get("session_kind", "unknown")))
+        return busy
+
+    def _transform_sqlite(self, poll: SqlitePoll) -> list[Work]:
+        rt = self.rt
+        assert rt is not None
+        works = []
+        for batch in poll.batches:
+            state = rt.sqlite.session_state(poll.db_path, batch)
+            out = self._transform(batch.records, state, batch.point_session_id)
+            self._log_transformed((), out, f"{poll.db_path}#{batch.session_id}")
+            works.append(Work(out.chunks, rt.sqlite.unit_for(poll.db_path, batch, state),
+                              cleanup=stale_point_cleanup(poll.db_path, poll.agent_id, batch)))
+        return works
+
+    def _transform(self, records: Sequence[RawRecord], state: SessionState, fallback_session: str) -> Transformed:
+        assert self.rt is not None
+        emb = self.config.embedding
+        return transform_records(records, state, fallback_session=fallback_session, redact_key=self.rt.redact_key,
+                                 max_line_bytes=self.config.watch.max_line_bytes, chunk_chars=emb.chunk_chars,
+                                 chunk_overlap=emb.chunk_overlap)
 
     def _read_and_transform(self, tracked: TrackedFile) -> Work | None:
         rt = self.rt
@@ -255,26 +315,23 @@ class Daemon:
         cursor = unit.cursor_after  # also the tailer's read-ahead state: the session facts carry on
         state = SessionState(cursor.session_id, cursor.session_kind, cursor.last_entry_ts,
                              "background" if cursor.turn == "background" else "conversation")
-        emb = self.config.embedding
-        out = transform_records(unit.records, state, fallback_session=_session_from_path(cursor.path),
-                                redact_key=rt.redact_key, max_line_bytes=self.config.watch.max_line_bytes,
-                                chunk_chars=emb.chunk_chars, chunk_overlap=emb.chunk_overlap)
+        out = self._transform(unit.records, state, _session_from_path(cursor.path))
         cursor.session_id, cursor.session_kind, cursor.last_entry_ts, cursor.turn = (
             state.session_id, state.session_kind, state.last_entry_ts, state.turn)
-        self._log_transformed(unit, out)
+        self._log_transformed(unit.too_long, out, cursor.path)
         return Work(out.chunks, unit, unit.at_eof)
 
-    def _log_transformed(self, unit: ReadUnit, out: Transformed) -> None:
+    def _log_transformed(self, too_long: Sequence[SourceRef], out: Transformed, source: str) -> None:
         assert self.rt is not None
         stats = self.rt.sink.stats
-        for ref in unit.too_long:
+        for ref in too_long:
             log.warning("line_invalid", file=ref.path, line=ref.line, offset=ref.offset, reason="line_too_long")
         for ref, reason in out.invalid:
-            log.warning("line_invalid", file=ref.path, line=ref.line, offset=ref.offset, reason=reason)
-        stats.invalid += len(out.invalid) + len(unit.too_long)
+            log.warning("line_invalid", file=ref.path, line=ref.line, offset=ref.offset, seq=ref.seq, reason=reason)
+        stats.invalid += len(out.invalid) + len(too_long)
         stats.skipped.update(out.skipped)
         for reason, count in out.skipped.items():
-            log.debug("entry_skipped", file=unit.cursor_after.path, reason=reason, count=count)
+            log.debug("entry_skipped", file=source, reason=reason, count=count)
         for found in out.found:
             stats.redactions += 1
             log.info("secret_redacted", agent=found.agent_id, session=found.session_id, rule=found.finding.rule,
@@ -285,11 +342,16 @@ class Daemon:
         rt = self.rt
         assert rt is not None
         cursors = []
+        sqlite_units = []
         for work in batch:
             if isinstance(work.unit, ReadUnit) and (cursor := rt.tailer.mark_committed(work.unit)) is not None:
                 cursors.append(cursor)
+            elif isinstance(work.unit, SqliteUnit):
+                sqlite_units.append(work.unit)
         if cursors:
             rt.cursors.commit_files(cursors)
+        if sqlite_units:
+            rt.sqlite.commit(sqlite_units)
 
     async def _housekeeping(self) -> None:
         """Watchdog pings from the pipeline's own heartbeat, STATUS lines, periodic summaries."""
@@ -297,10 +359,11 @@ class Daemon:
         sink = self.rt.sink
         last_summary = time.monotonic()
         last_stored = 0
+        stall_after = watchdog_stall_after(os.environ)
         while True:
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(min(1.0, stall_after / 2))
             self.watcher.restart_if_dead()
-            if time.monotonic() - sink.heartbeat < 30:
+            if time.monotonic() - sink.heartbeat < stall_after:  # a stalled sink stops the pings: systemd restarts
                 self.notifier.notify("WATCHDOG=1")
             self.notifier.notify(f"STATUS={self.status_line()}")
             if time.monotonic() - last_summary >= self.config.log.summary_interval:
@@ -331,18 +394,30 @@ class Daemon:
 
     def backlog_bytes(self) -> int:
         assert self.rt is not None
-        return sum(t.backlog for t in self.rt.tailer.files.values())
+        return sum(t.backlog for t in list(self.rt.tailer.files.values()))  # list(): the sweep thread adds files
 
     def status_line(self) -> str:
         assert self.rt is not None
-        files = self.rt.tailer.files.values()
+        files = list(self.rt.tailer.files.values())  # a copy: the sweep thread may add files meanwhile
         agents = {t.committed.agent_id for t in files}
         stats = self.rt.sink.stats
-        rate = stats.stored / max(1.0, time.time() - self.started)
+        rate = self.metrics.rate.update(time.monotonic(), stats.stored)  # over the last 30 s, not since start
         store = "down" if stats.store_down_since is not None else "ok"
         gaps = len(self.gaps.open_gaps()) if self.gaps is not None else 0
-        return (f"agents={len(agents)} files={len(files)} stored={stats.stored} rate={rate:.1f}/s "
-                f"backlog={self.backlog_bytes()}B queue={self.rt.sink.queue.qsize()} gaps={gaps} store={store}")
+        return (f"agents={len(agents)} files={len(files)} entries/s={rate:.1f} backlog={self.backlog_bytes()}B "
+                f"gaps={gaps} stored={stats.stored} queue={self.rt.sink.queue.qsize()} store={store}")
+
+
+def watchdog_stall_after(environ: Mapping[str, str]) -> float:
+    """Seconds without a sink heartbeat before the pings stop: half of systemd's WatchdogSec=, else 30."""
+    try:
+        usec = int(environ.get("WATCHDOG_USEC", ""))
+    except ValueError:
+        return 30.0
+    pid = environ.get("WATCHDOG_PID", "")
+    if usec <= 0 or (pid and pid != str(os.getpid())):
+        return 30.0
+    return usec / 2_000_000
 
 
 def _session_from_path(path: str) -> str:

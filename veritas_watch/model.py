@@ -151,6 +151,16 @@ def point_id(agent_id: str, session_id: str, entry_id: str, chunk: int) -> str:
     return str(uuid.uuid5(POINT_NAMESPACE, f"{agent_id}\x1f{session_id}\x1f{entry_id}\x1f{chunk}"))
 
 
+@dataclass
+class SessionState:
+    """What a source learned about a session while reading it (kept in its cursor)."""
+
+    session_id: str | None
+    session_kind: str = "unknown"  # unknown | conversation | cron
+    last_entry_ts: str | None = None
+    turn: Literal["conversation", "background"] = "conversation"  # denoise.TurnKind
+
+
 @dataclass(frozen=True, slots=True)
 class SecretFinding:
     """A credential found in a message. Holds no part of the secret, only where and what."""

@@ -17,12 +17,11 @@ from typing import TypeVar
 
 import structlog
 
-from veritas_watch.model import Chunk, Entry, ParseError, RawRecord, SecretFinding, Skip, SourceRef
+from veritas_watch.model import Chunk, Entry, ParseError, RawRecord, SecretFinding, SessionState, Skip, SourceRef
 from veritas_watch.sinks.embed import Embedder
 from veritas_watch.sinks.store import SearchQuery, SparseVector, Store, StoredPoint
 from veritas_watch.transforms.chunk import chunk_entry
 from veritas_watch.transforms.denoise import (
-    TurnKind,
     clean_message,
     detection_text,
     first_user_text,
@@ -35,16 +34,6 @@ from veritas_watch.transforms.tokenize import sparse_document, sparse_query
 
 log = structlog.get_logger()
 T = TypeVar("T")
-
-
-@dataclass
-class SessionState:
-    """What a source learned about a session while reading it (kept in its cursor)."""
-
-    session_id: str | None
-    session_kind: str = "unknown"  # unknown | conversation | cron
-    last_entry_ts: str | None = None
-    turn: TurnKind = "conversation"
 
 
 @dataclass
@@ -112,6 +101,8 @@ class Work:
     chunks: list[Chunk]
     unit: object  # what the source needs to commit its cursor (a jsonl.ReadUnit, a sqlite poll, ...)
     at_eof: bool = True
+    cleanup: Callable[[Store], None] | None = None  # runs in the store thread after the upsert, before commit
+    done: asyncio.Future[None] | None = None  # resolved once committed (cancelled if never stored)
 
 
 CommitBatch = Callable[[Sequence[Work]], None]
@@ -193,11 +184,19 @@ class Sink:
             try:
                 stored = await self._store_with_retry([c for w in batch for c in w.chunks])
                 if stored:
+                    for work in batch:
+                        if work.cleanup is not None:
+                            await self.in_store_thread(lambda cleanup=work.cleanup: cleanup(self.store))  # type: ignore[misc]
                     # Ack-then-commit: the cursors move only now, in one transaction, off the loop.
                     await asyncio.to_thread(self._commit_batch, batch)
+                    for work in batch:
+                        if work.done is not None and not work.done.done():
+                            work.done.set_result(None)
             finally:
                 self._processing = False
-                for _ in batch:
+                for work in batch:
+                    if work.done is not None and not work.done.done():
+                        work.done.cancel()
                     self.queue.task_done()
 
     @property

@@ -74,6 +74,8 @@ async def daemon_status(daemon: Daemon) -> dict[str, Any]:
         "entries": {"stored": stats.stored, "unchanged": stats.unchanged, "invalid_lines": stats.invalid,
                     "redactions": stats.redactions, "skipped": dict(stats.skipped)},
         "agents": agents,
+        "sqlite": [{"db": db, "schema_version": h.schema_version, "sessions": h.sessions, "lag_rows": h.lag_rows,
+                    "error": h.error} for db, h in rt.sqlite.health.items()],
         "gaps": [{"agent_id": g.agent_id, "session_id": g.session_id, "transcript": g.transcript,
                   "ended_at": g.ended_at.isoformat(), "state_time": g.state_time.isoformat() if g.state_time else None,
                   "hook_attempts": g.hook_attempts, "last_hook_status": g.last_hook_status,

@@ -133,9 +133,9 @@ class EdgeStore:
             raise StoreError(f"query failed: {exc}") from exc
         return [Hit(str(p.id), float(p.score), _payload(p.payload)) for p in points]
 
-    def scroll(self, agent_id: str | None = None, with_vectors: bool = False,
-               page: int = 256) -> Iterator[tuple[str, dict[str, object], StoredPoint | None]]:
-        flt = _filter(SearchQuery(agent_id=agent_id, limit=page))
+    def scroll(self, agent_id: str | None = None, with_vectors: bool = False, page: int = 256,
+               session_id: str | None = None) -> Iterator[tuple[str, dict[str, object], StoredPoint | None]]:
+        flt = _filter(SearchQuery(agent_id=agent_id, limit=page, session_id=session_id))
         offset: qe.PointId | None = None
         while True:
             records, offset = self._shard.scroll(

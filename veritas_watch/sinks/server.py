@@ -131,9 +131,9 @@ class ServerStore:
             raise StoreError(f"query failed: {exc}") from exc
         return [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in response.points]
 
-    def scroll(self, agent_id: str | None = None, with_vectors: bool = False,
-               page: int = 256) -> Iterator[tuple[str, dict[str, object], StoredPoint | None]]:
-        flt = _filter(SearchQuery(agent_id=agent_id, limit=page))
+    def scroll(self, agent_id: str | None = None, with_vectors: bool = False, page: int = 256,
+               session_id: str | None = None) -> Iterator[tuple[str, dict[str, object], StoredPoint | None]]:
+        flt = _filter(SearchQuery(agent_id=agent_id, limit=page, session_id=session_id))
         offset: Any = None
         while True:
             records, offset = self._client.scroll(

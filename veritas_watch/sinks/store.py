@@ -95,9 +95,9 @@ class Store(Protocol):
 
     def search(self, query: SearchQuery) -> list[Hit]: ...
 
-    def scroll(self, agent_id: str | None = None, with_vectors: bool = False,
-               page: int = 256) -> Iterator[tuple[str, dict[str, object], StoredPoint | None]]:
-        """Every point (optionally of one agent), in pages, as (id, payload, point-with-vectors)."""
+    def scroll(self, agent_id: str | None = None, with_vectors: bool = False, page: int = 256,
+               session_id: str | None = None) -> Iterator[tuple[str, dict[str, object], StoredPoint | None]]:
+        """Every point (optionally of one agent / session), in pages, as (id, payload, point-with-vectors)."""
 
     def retrieve(self, ids: Sequence[str]) -> list[Hit]: ...
 

@@ -1,12 +1,18 @@
 """Durable cursors: where each source has been read up to, committed only after the store acked.
 
 One SQLite file in the data dir (WAL, synchronous=FULL), so a commit is atomic and survives a
-crash at any point. A corrupt file is moved aside and reading restarts from 0, which is safe
-because point ids are deterministic (a replay overwrites the same points).
+crash at any point: a torn last WAL frame is ignored by SQLite's checksums, a leftover WAL is
+replayed. Policy for damage, logged as an error each time:
+- a file SQLite cannot open or that fails `PRAGMA quick_check` (half-written, garbage): moved
+  aside as `cursors.sqlite.corrupt-<ts>`, and every source is re-read from 0;
+- a single row that does not decode into a valid cursor: that file is re-read from 0.
+Re-reading is safe because point ids are deterministic (a replay overwrites the same points, and
+the sink skips points already stored with the same payload).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 import time
@@ -17,6 +23,8 @@ from pathlib import Path
 import structlog
 
 log = structlog.get_logger()
+
+TAIL_BYTES = 32  # the smallest tail check (and the only one cursors written before `tail_len` used)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS file_cursors (key TEXT PRIMARY KEY, state TEXT NOT NULL);
@@ -42,13 +50,43 @@ class FileCursor:
     last_entry_ts: str | None = None  # newest conversational entry (session end for gap detection)
     turn: str = "conversation"  # the denoiser's turn kind: a heartbeat turn's reply is not memory
     ended: bool = False  # renamed to .reset/.deleted and drained
+    tail_len: int = TAIL_BYTES  # bytes covered by tail_hash (the last line before `offset`)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> FileCursor:
-        return cls(**json.loads(text))
+        """Decode a stored cursor; ValueError unless every field is present-or-defaulted and well typed."""
+        raw = json.loads(text)
+        if not isinstance(raw, dict):
+            raise ValueError(f"cursor is a {type(raw).__name__}, not an object")
+        unknown = set(raw) - _FIELD_TYPES.keys()
+        if unknown:
+            raise ValueError(f"unknown cursor fields: {sorted(unknown)}")
+        for name, value in raw.items():
+            if not _well_typed(value, _FIELD_TYPES[name]):
+                raise ValueError(f"cursor field {name} has a bad value: {value!r:.80}")
+        try:
+            cursor = cls(**raw)
+        except TypeError as exc:  # a required field missing
+            raise ValueError(str(exc)) from None
+        if cursor.head_len > cursor.offset:
+            raise ValueError("cursor head fingerprint covers more than its offset")
+        return cursor
+
+
+def _well_typed(value: object, kind: str) -> bool:
+    if kind == "int":
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    if kind == "bool":
+        return isinstance(value, bool)
+    if kind == "str":
+        return isinstance(value, str)
+    return value is None or isinstance(value, str)  # "str | None"
+
+
+_FIELD_TYPES: dict[str, str] = {f.name: str(f.type) for f in dataclasses.fields(FileCursor)}
 
 
 class CursorStore:
@@ -70,19 +108,30 @@ class CursorStore:
     @staticmethod
     def _open(path: Path) -> sqlite3.Connection:
         db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=FULL")
-        db.executescript(_SCHEMA)
-        db.execute("SELECT count(*) FROM file_cursors").fetchone()  # surfaces corruption now, not later
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")
+            # Surfaces a damaged file now, not at the first commit (which would stop the pipeline).
+            problems = [row[0] for row in db.execute("PRAGMA quick_check")]
+            if problems != ["ok"]:
+                raise sqlite3.DatabaseError(f"quick_check: {'; '.join(map(str, problems))[:300]}")
+            db.executescript(_SCHEMA)
+        except BaseException:
+            db.close()
+            raise
         return db
 
     def load_files(self) -> dict[str, FileCursor]:
         cursors: dict[str, FileCursor] = {}
         for key, state in self._db.execute("SELECT key, state FROM file_cursors"):
             try:
-                cursors[key] = FileCursor.from_json(state)
+                cursor = FileCursor.from_json(state)
+                if cursor.key != key:
+                    raise ValueError(f"row key {key!r} holds the cursor of {cursor.key!r}")
             except (ValueError, TypeError) as exc:
-                log.error("cursor_corrupt", key=key, error=str(exc), policy="re-read this file from 0")
+                log.error("cursor_corrupt", key=key, error=str(exc)[:300], policy="re-read this file from 0")
+                continue
+            cursors[key] = cursor
         return cursors
 
     def commit_files(self, cursors: Iterable[FileCursor], removed: Iterable[str] = ()) -> None:
@@ -105,13 +154,15 @@ class CursorStore:
                 log.error("cursor_corrupt", db=db, session_id=session_id, error=str(exc))
         return result
 
-    def commit_sqlite(self, db: str, states: dict[str, dict[str, object]]) -> None:
+    def commit_sqlite(self, db: str, states: dict[str, dict[str, object]], removed: Iterable[str] = ()) -> None:
         with self._transaction():
             self._db.executemany(
                 "INSERT INTO db_cursors (db, session_id, state) VALUES (?, ?, ?) "
                 "ON CONFLICT(db, session_id) DO UPDATE SET state = excluded.state",
                 [(db, sid, json.dumps(state)) for sid, state in states.items()],
             )
+            self._db.executemany("DELETE FROM db_cursors WHERE db = ? AND session_id = ?",
+                                 [(db, sid) for sid in removed])
 
     def _transaction(self) -> _Transaction:
         return _Transaction(self._db)

@@ -41,8 +41,9 @@ log = structlog.get_logger()
 DEFAULT_BUSY_TIMEOUT_S = 0.2
 DEFAULT_MAX_ROWS = 1000
 DEFAULT_MAX_BYTES = 32 * 1024 * 1024
-# Schema 23's CHECK bounds a compressed event at 4 MiB decoded; nothing legitimate decodes larger.
-MAX_COMPRESSED_EVENT_BYTES = 4 * 1024 * 1024
+# Schema 23's CHECK bounds a compressed event at 4 MiB decoded. A database without that CHECK may
+# claim more; past this guard the row is reported, never allocated.
+MAX_DECODED_EVENT_BYTES = 64 * 1024 * 1024
 _FETCH_CHUNK = 64
 _SEQ_MIN = -(2**63)
 _WATERMARK_TABLES = ("transcript_rewrite_watermarks", "session_transcript_generations")
@@ -90,7 +91,8 @@ class SessionCursor:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, object]) -> SessionCursor:
-        """Inverse of `to_dict`; raises ValueError on a malformed value."""
+        """Inverse of `to_dict`; raises ValueError on a malformed value. Unknown keys are ignored,
+        so a caller may keep its own per-session state (session kind, last entry time) beside it."""
         session_id = data.get("session_id")
         next_seq = data.get("next_seq", 0)
         generation = data.get("generation")
@@ -145,7 +147,7 @@ class SqliteRowError:
 
     session_id: str
     seq: int
-    reason: str  # zstd_corrupt, zstd_length_mismatch, zstd_length_missing, payload_missing
+    reason: str  # zstd_corrupt, zstd_length_mismatch, zstd_length_missing, zstd_too_large, payload_missing
     detail: str = ""
 
 
@@ -309,13 +311,15 @@ def _decode_row(
     expected = _int(utf8_bytes)
     if expected is None or expected < 0:
         return _Row(seq, None, event_zstd, created, ("zstd_length_missing", "event_utf8_bytes is NULL"))
+    if expected > MAX_DECODED_EVENT_BYTES:
+        return _Row(seq, None, event_zstd, created, ("zstd_too_large", f"event_utf8_bytes {expected}"))
     try:
         declared = zstandard.frame_content_size(event_zstd)
         if declared >= 0 and declared != expected:
             return _Row(seq, None, event_zstd, created,
                         ("zstd_length_mismatch", f"frame declares {declared} bytes, event_utf8_bytes {expected}"))
         # A frame without a content size is bounded by what a valid event can be, not trusted.
-        limit = 0 if declared >= 0 else min(expected, MAX_COMPRESSED_EVENT_BYTES) + 1
+        limit = 0 if declared >= 0 else expected + 1
         data = dctx.decompress(event_zstd, max_output_size=limit, allow_extra_data=False)
     except zstandard.ZstdError as exc:
         return _Row(seq, None, event_zstd, created, ("zstd_corrupt", str(exc)[:200]))

@@ -34,10 +34,10 @@ __all__ = [
     "SecretMatch",
     "detect",
     "fingerprint",
-    "redact",
-    "shannon_entropy",
     "is_secret_name",
+    "redact",
     "service_from_name",
+    "shannon_entropy",
 ]
 
 RuleKind = Literal["provider", "context", "generic", "cue"]
@@ -101,6 +101,7 @@ class Rule:
 # ---------------------------------------------------------------------------------------------
 # Value statistics and plausibility checks
 
+
 def shannon_entropy(value: str) -> float:
     """Shannon entropy in bits per character."""
     if not value:
@@ -131,20 +132,25 @@ def _has_letter_and_digit(value: str) -> bool:
 _PIECE_RE = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
 
 
-def _is_wordish(value: str) -> bool:
-    """True for identifiers and phrases built from word-sized pieces, unlike random tokens.
+_CONSONANT_RUN_RE = re.compile(r"[b-df-hj-np-tv-xz]{4,}")
 
-    A random token splits into many one-character pieces ("OLVjkQ-FMg8" -> OL, Vjk, Q, FM, g, 8);
-    `win32api.RegOpenKeyEx` splits into win, 32, api, Reg, Open, Key, Ex.
+
+def _is_wordish(value: str) -> bool:
+    """True for identifiers built from words ("win32api.RegOpenKeyEx", "shared-gateway-token-1234").
+
+    Every letter piece must be pronounceable (a vowel, no run of four consonants) and digit pieces
+    rare; a random token fails on some piece ("OLVjkQ-FMg8" -> OL, Vjk, Q, FM, g, 8). Measured on
+    random base62/hex tokens: under 0.5% at 12 chars, none at 32.
     """
     pieces = _PIECE_RE.findall(value)
-    if not pieces:
+    letters = [p for p in pieces if p.isalpha()]
+    if not letters or len(pieces) - len(letters) > max(1, len(letters) // 3):
         return False
-    avg = sum(map(len, pieces)) / len(pieces)
-    if avg >= 4.5:
-        return True
-    singles = sum(1 for p in pieces if len(p) == 1)
-    return avg >= 2.5 and singles <= len(pieces) * 0.15
+    for piece in letters:
+        low = piece.lower()
+        if len(low) < 2 or not any(v in low for v in "aeiouy") or _CONSONANT_RUN_RE.search(low):
+            return False
+    return sum(map(len, letters)) / len(letters) >= 3
 
 
 _WORDLIKE_RE = re.compile(r"[A-Za-z]+(?:[-_' .][A-Za-z]+)*")
@@ -161,25 +167,182 @@ _PATH_RE = re.compile(r"(?:~|\.{1,2})?/[\w.@~-]+(?:/[\w.@~-]*)*|[A-Za-z]:\\.*|[\
 
 # Values that are names for a secret rather than one (`token: "secret"`, `password=changeme`).
 _PLACEHOLDER_WORDS = frozenset(
-    """
-    password passwd passphrase pass pwd secret secrets token tokens key keys apikey api_key api-key
-    changeme change_me change-me none null nil undefined true false yes no on off empty required
-    optional todo tbd fixme n/a na test testing example examples sample samples dummy placeholder
-    redacted hidden masked default defaults string str int number bool boolean object any value
-    values here there this that xxx xxxx yyy zzz abc abcdef abcdefg abc123 123456 foo bar baz qux
-    secret123 password123 password1 mypassword mysecret mytoken yourpassword yoursecret yourtoken
-    incorrect correct invalid valid wrong right missing unknown unset notset not-set disabled enabled
-    bearer basic oauth oauth2 jwt hmac sha256 rsa aes base64 hex utf8 utf-8 ascii
-    env environment config configured provided supplied generated random stored saved encrypted
-    """.split()
+    [
+        "password",
+        "passwd",
+        "passphrase",
+        "pass",
+        "pwd",
+        "secret",
+        "secrets",
+        "token",
+        "tokens",
+        "key",
+        "keys",
+        "apikey",
+        "api_key",
+        "api-key",
+        "changeme",
+        "change_me",
+        "change-me",
+        "none",
+        "null",
+        "nil",
+        "undefined",
+        "true",
+        "false",
+        "yes",
+        "no",
+        "on",
+        "off",
+        "empty",
+        "required",
+        "optional",
+        "todo",
+        "tbd",
+        "fixme",
+        "n/a",
+        "na",
+        "test",
+        "testing",
+        "example",
+        "examples",
+        "sample",
+        "samples",
+        "dummy",
+        "placeholder",
+        "redacted",
+        "hidden",
+        "masked",
+        "default",
+        "defaults",
+        "string",
+        "str",
+        "int",
+        "number",
+        "bool",
+        "boolean",
+        "object",
+        "any",
+        "value",
+        "values",
+        "here",
+        "there",
+        "this",
+        "that",
+        "xxx",
+        "xxxx",
+        "yyy",
+        "zzz",
+        "abc",
+        "abcdef",
+        "abcdefg",
+        "abc123",
+        "123456",
+        "foo",
+        "bar",
+        "baz",
+        "qux",
+        "secret123",
+        "password123",
+        "password1",
+        "mypassword",
+        "mysecret",
+        "mytoken",
+        "yourpassword",
+        "yoursecret",
+        "yourtoken",
+        "incorrect",
+        "correct",
+        "invalid",
+        "valid",
+        "wrong",
+        "right",
+        "missing",
+        "unknown",
+        "unset",
+        "notset",
+        "not-set",
+        "disabled",
+        "enabled",
+        "bearer",
+        "basic",
+        "oauth",
+        "oauth2",
+        "jwt",
+        "hmac",
+        "sha256",
+        "rsa",
+        "aes",
+        "base64",
+        "hex",
+        "utf8",
+        "utf-8",
+        "ascii",
+        "env",
+        "environment",
+        "config",
+        "configured",
+        "provided",
+        "supplied",
+        "generated",
+        "random",
+        "stored",
+        "saved",
+        "encrypted",
+    ]
 )
 # Words that mark a code value as a fake (`"test-password"`, `"hook-token"`, `"dummy_key"`).
 _FAKE_PARTS = frozenset(
-    """
-    test tests testing example sample dummy fake mock stub placeholder secret password passwd pass
-    token key api hook demo your my changeme default invalid wrong bad good new old valid expired
-    revoked missing placeholder fixture local dev temp tmp value foo bar baz qux xxx sk pk
-    """.split()
+    [
+        "test",
+        "tests",
+        "testing",
+        "example",
+        "sample",
+        "dummy",
+        "fake",
+        "mock",
+        "stub",
+        "placeholder",
+        "secret",
+        "password",
+        "passwd",
+        "pass",
+        "token",
+        "key",
+        "api",
+        "hook",
+        "demo",
+        "your",
+        "my",
+        "changeme",
+        "default",
+        "invalid",
+        "wrong",
+        "bad",
+        "good",
+        "new",
+        "old",
+        "valid",
+        "expired",
+        "revoked",
+        "missing",
+        "placeholder",
+        "fixture",
+        "local",
+        "dev",
+        "temp",
+        "tmp",
+        "value",
+        "foo",
+        "bar",
+        "baz",
+        "qux",
+        "xxx",
+        "sk",
+        "pk",
+    ]
 )
 
 
@@ -205,7 +368,10 @@ def _is_placeholder(value: str) -> bool:
 def _looks_like_code_or_path(value: str) -> bool:
     return bool(
         _REFERENCE_RE.search(value)
-        or (_IDENT_PATH_RE.fullmatch(value) and (_is_wordish(value) or shannon_entropy(value) < 3.5))
+        or (
+            _IDENT_PATH_RE.fullmatch(value)
+            and (_is_wordish(value) or not any(c.isdigit() for c in value) or shannon_entropy(value) < 3.5)
+        )
         or _CALL_RE.match(value)
         or _PATH_RE.fullmatch(value)
         or "://" in value
@@ -223,7 +389,7 @@ Strength = Literal["password", "password_env", "token", "token_env", "weak"]
 def _plausible(value: str, strength: Strength, *, quoted: bool = False) -> bool:
     """Does `value`, found after a secret-ish name or cue, look like an actual secret?
 
-    `quoted` means the value was set off in prose (`password is \`sunshine\``), which is what
+    `quoted` means the value was set off in prose (password is `sunshine`), which is what
     lets a plain word count as a password; a quoted word in code (`password='IAmSensitive'`) does not.
     """
     n = len(value)
@@ -274,72 +440,403 @@ def _plausible(value: str, strength: Strength, *, quoted: bool = False) -> bool:
 # Names and services
 
 _SERVICES: dict[str, str] = {
-    "openai": "OpenAI", "chatgpt": "OpenAI", "anthropic": "Anthropic", "claude": "Anthropic",
-    "deepseek": "DeepSeek", "gemini": "Gemini", "google": "Google", "gcp": "Google Cloud",
-    "firebase": "Firebase", "youtube": "YouTube", "aws": "AWS", "amazon": "AWS", "azure": "Azure",
-    "github": "GitHub", "gh": "GitHub", "gitlab": "GitLab", "slack": "Slack", "stripe": "Stripe",
-    "telegram": "Telegram", "tg": "Telegram", "discord": "Discord", "huggingface": "Hugging Face",
-    "hf": "Hugging Face", "twilio": "Twilio", "sendgrid": "SendGrid", "mailgun": "Mailgun",
-    "npm": "npm", "pypi": "PyPI", "docker": "Docker Hub", "dockerhub": "Docker Hub",
-    "digitalocean": "DigitalOcean", "cloudflare": "Cloudflare", "cf": "Cloudflare",
-    "shopify": "Shopify", "groq": "Groq", "xai": "xAI", "grok": "xAI", "openrouter": "OpenRouter",
-    "mistral": "Mistral", "replicate": "Replicate", "linear": "Linear", "notion": "Notion",
-    "atlassian": "Atlassian", "jira": "Atlassian", "confluence": "Atlassian", "sentry": "Sentry",
-    "databricks": "Databricks", "supabase": "Supabase", "vercel": "Vercel", "postman": "Postman",
-    "square": "Square", "paypal": "PayPal", "braintree": "Braintree", "heroku": "Heroku",
-    "alibaba": "Alibaba Cloud", "aliyun": "Alibaba Cloud", "阿里云": "Alibaba Cloud",
-    "tencent": "Tencent Cloud", "腾讯云": "Tencent Cloud", "qcloud": "Tencent Cloud",
-    "dashscope": "Alibaba DashScope", "qwen": "Alibaba DashScope", "通义": "Alibaba DashScope",
-    "百炼": "Alibaba DashScope", "moonshot": "Moonshot", "kimi": "Moonshot",
-    "siliconflow": "SiliconFlow", "硅基流动": "SiliconFlow", "zhipu": "Zhipu", "智谱": "Zhipu",
-    "glm": "Zhipu", "baidu": "Baidu", "qianfan": "Baidu Qianfan", "百度": "Baidu",
-    "perplexity": "Perplexity", "tavily": "Tavily", "langsmith": "LangSmith", "langchain": "LangSmith",
-    "resend": "Resend", "netlify": "Netlify", "mapbox": "Mapbox", "firecrawl": "Firecrawl",
-    "elevenlabs": "ElevenLabs", "fireworks": "Fireworks AI", "cohere": "Cohere",
-    "together": "Together AI", "grafana": "Grafana", "newrelic": "New Relic", "figma": "Figma",
-    "airtable": "Airtable", "doppler": "Doppler", "pulumi": "Pulumi", "terraform": "Terraform Cloud",
-    "vault": "HashiCorp Vault", "hashicorp": "HashiCorp Vault", "mailchimp": "Mailchimp",
-    "dropbox": "Dropbox", "line": "LINE", "feishu": "Feishu", "飞书": "Feishu", "lark": "Feishu",
-    "dingtalk": "DingTalk", "钉钉": "DingTalk", "wechat": "WeChat", "微信": "WeChat",
-    "openclaw": "OpenClaw", "postgres": "PostgreSQL", "postgresql": "PostgreSQL", "mysql": "MySQL",
-    "redis": "Redis", "mongodb": "MongoDB", "mongo": "MongoDB", "amqp": "RabbitMQ",
-    "rabbitmq": "RabbitMQ", "ftp": "FTP", "sftp": "SFTP", "smtp": "SMTP", "ssh": "SSH",
-    "wifi": "Wi-Fi", "wi-fi": "Wi-Fi",
+    "openai": "OpenAI",
+    "chatgpt": "OpenAI",
+    "anthropic": "Anthropic",
+    "claude": "Anthropic",
+    "deepseek": "DeepSeek",
+    "gemini": "Gemini",
+    "google": "Google",
+    "gcp": "Google Cloud",
+    "firebase": "Firebase",
+    "youtube": "YouTube",
+    "aws": "AWS",
+    "amazon": "AWS",
+    "azure": "Azure",
+    "github": "GitHub",
+    "gh": "GitHub",
+    "gitlab": "GitLab",
+    "slack": "Slack",
+    "stripe": "Stripe",
+    "telegram": "Telegram",
+    "tg": "Telegram",
+    "discord": "Discord",
+    "huggingface": "Hugging Face",
+    "hf": "Hugging Face",
+    "twilio": "Twilio",
+    "sendgrid": "SendGrid",
+    "mailgun": "Mailgun",
+    "npm": "npm",
+    "pypi": "PyPI",
+    "docker": "Docker Hub",
+    "dockerhub": "Docker Hub",
+    "digitalocean": "DigitalOcean",
+    "cloudflare": "Cloudflare",
+    "cf": "Cloudflare",
+    "shopify": "Shopify",
+    "groq": "Groq",
+    "xai": "xAI",
+    "grok": "xAI",
+    "openrouter": "OpenRouter",
+    "mistral": "Mistral",
+    "replicate": "Replicate",
+    "linear": "Linear",
+    "notion": "Notion",
+    "atlassian": "Atlassian",
+    "jira": "Atlassian",
+    "confluence": "Atlassian",
+    "sentry": "Sentry",
+    "databricks": "Databricks",
+    "supabase": "Supabase",
+    "vercel": "Vercel",
+    "postman": "Postman",
+    "square": "Square",
+    "paypal": "PayPal",
+    "braintree": "Braintree",
+    "heroku": "Heroku",
+    "alibaba": "Alibaba Cloud",
+    "aliyun": "Alibaba Cloud",
+    "阿里云": "Alibaba Cloud",
+    "tencent": "Tencent Cloud",
+    "腾讯云": "Tencent Cloud",
+    "qcloud": "Tencent Cloud",
+    "dashscope": "Alibaba DashScope",
+    "qwen": "Alibaba DashScope",
+    "通义": "Alibaba DashScope",
+    "百炼": "Alibaba DashScope",
+    "moonshot": "Moonshot",
+    "kimi": "Moonshot",
+    "siliconflow": "SiliconFlow",
+    "硅基流动": "SiliconFlow",
+    "zhipu": "Zhipu",
+    "智谱": "Zhipu",
+    "glm": "Zhipu",
+    "baidu": "Baidu",
+    "qianfan": "Baidu Qianfan",
+    "百度": "Baidu",
+    "perplexity": "Perplexity",
+    "tavily": "Tavily",
+    "langsmith": "LangSmith",
+    "langchain": "LangSmith",
+    "resend": "Resend",
+    "netlify": "Netlify",
+    "mapbox": "Mapbox",
+    "firecrawl": "Firecrawl",
+    "elevenlabs": "ElevenLabs",
+    "fireworks": "Fireworks AI",
+    "cohere": "Cohere",
+    "together": "Together AI",
+    "grafana": "Grafana",
+    "newrelic": "New Relic",
+    "figma": "Figma",
+    "airtable": "Airtable",
+    "doppler": "Doppler",
+    "pulumi": "Pulumi",
+    "terraform": "Terraform Cloud",
+    "vault": "HashiCorp Vault",
+    "hashicorp": "HashiCorp Vault",
+    "mailchimp": "Mailchimp",
+    "dropbox": "Dropbox",
+    "line": "LINE",
+    "feishu": "Feishu",
+    "飞书": "Feishu",
+    "lark": "Feishu",
+    "dingtalk": "DingTalk",
+    "钉钉": "DingTalk",
+    "wechat": "WeChat",
+    "微信": "WeChat",
+    "openclaw": "OpenClaw",
+    "postgres": "PostgreSQL",
+    "postgresql": "PostgreSQL",
+    "mysql": "MySQL",
+    "redis": "Redis",
+    "mongodb": "MongoDB",
+    "mongo": "MongoDB",
+    "amqp": "RabbitMQ",
+    "rabbitmq": "RabbitMQ",
+    "ftp": "FTP",
+    "sftp": "SFTP",
+    "smtp": "SMTP",
+    "ssh": "SSH",
+    "wifi": "Wi-Fi",
+    "wi-fi": "Wi-Fi",
 }
 _NOT_SERVICES = frozenset(
-    """
-    the my our your his her their its a an this that these those here there is was new old my own
-    api app access secret private public personal auth bearer client bot user admin root default
-    test prod production dev staging local main primary backup real actual same other full
-    generated current previous next following above below one two key token password and or for of
-    to with from in on at by it me you we they please use using set get export
-    """.split()
+    [
+        "the",
+        "my",
+        "our",
+        "your",
+        "his",
+        "her",
+        "their",
+        "its",
+        "a",
+        "an",
+        "this",
+        "that",
+        "these",
+        "those",
+        "here",
+        "there",
+        "is",
+        "was",
+        "new",
+        "old",
+        "my",
+        "own",
+        "api",
+        "app",
+        "access",
+        "secret",
+        "private",
+        "public",
+        "personal",
+        "auth",
+        "bearer",
+        "client",
+        "bot",
+        "user",
+        "admin",
+        "root",
+        "default",
+        "test",
+        "prod",
+        "production",
+        "dev",
+        "staging",
+        "local",
+        "main",
+        "primary",
+        "backup",
+        "real",
+        "actual",
+        "same",
+        "other",
+        "full",
+        "generated",
+        "current",
+        "previous",
+        "next",
+        "following",
+        "above",
+        "below",
+        "one",
+        "two",
+        "key",
+        "token",
+        "password",
+        "and",
+        "or",
+        "for",
+        "of",
+        "to",
+        "with",
+        "from",
+        "in",
+        "on",
+        "at",
+        "by",
+        "it",
+        "me",
+        "you",
+        "we",
+        "they",
+        "please",
+        "use",
+        "using",
+        "set",
+        "get",
+        "export",
+    ]
 ) | frozenset(["的", "我的", "你的", "他的", "这个", "那个", "新的", "旧的", "一个", "这是", "以下", "下面"])
 
 _NAME_SPLIT_RE = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 _SECRET_SEGMENTS = frozenset(
-    "key apikey token secret password passwd pwd passphrase pass credential credentials cred creds "
-    "auth privatekey accesskey secretkey".split()
+    [
+        "key",
+        "apikey",
+        "token",
+        "secret",
+        "password",
+        "passwd",
+        "pwd",
+        "passphrase",
+        "pass",
+        "credential",
+        "credentials",
+        "cred",
+        "creds",
+        "auth",
+        "privatekey",
+        "accesskey",
+        "secretkey",
+    ]
 )
 _SECRET_SUFFIXES = ("token", "secret", "password", "passwd", "apikey", "accesskey", "secretkey", "privatekey")
 _NON_SECRET_LAST = frozenset(
-    """
-    path file files dir dirs url uri urls endpoint host hostname port mode type types name names
-    enabled enable disabled env header headers prefix suffix length len ttl expiry expires expiration
-    expire timeout count limit limits max min id ids format method algorithm alg provider providers
-    source region version size hint label field fields kind policy scope scopes usage budget cost
-    rate window index ref refs var variable location store storage backend helper command cmd
-    schema regex pattern list map set required optional flag flags check checks status state
-    valid rotation rotated hash hashed salt rounds iterations strength mask masked template
-    """.split()
+    [
+        "path",
+        "file",
+        "files",
+        "dir",
+        "dirs",
+        "url",
+        "uri",
+        "urls",
+        "endpoint",
+        "host",
+        "hostname",
+        "port",
+        "mode",
+        "type",
+        "types",
+        "name",
+        "names",
+        "enabled",
+        "enable",
+        "disabled",
+        "env",
+        "header",
+        "headers",
+        "prefix",
+        "suffix",
+        "length",
+        "len",
+        "ttl",
+        "expiry",
+        "expires",
+        "expiration",
+        "expire",
+        "timeout",
+        "count",
+        "limit",
+        "limits",
+        "max",
+        "min",
+        "id",
+        "ids",
+        "format",
+        "method",
+        "algorithm",
+        "alg",
+        "provider",
+        "providers",
+        "source",
+        "region",
+        "version",
+        "size",
+        "hint",
+        "label",
+        "field",
+        "fields",
+        "kind",
+        "policy",
+        "scope",
+        "scopes",
+        "usage",
+        "budget",
+        "cost",
+        "rate",
+        "window",
+        "index",
+        "ref",
+        "refs",
+        "var",
+        "variable",
+        "location",
+        "store",
+        "storage",
+        "backend",
+        "helper",
+        "command",
+        "cmd",
+        "schema",
+        "regex",
+        "pattern",
+        "list",
+        "map",
+        "set",
+        "required",
+        "optional",
+        "flag",
+        "flags",
+        "check",
+        "checks",
+        "status",
+        "state",
+        "valid",
+        "rotation",
+        "rotated",
+        "hash",
+        "hashed",
+        "salt",
+        "rounds",
+        "iterations",
+        "strength",
+        "mask",
+        "masked",
+        "template",
+    ]
 )
 _KEY_ONLY_QUALIFIERS = frozenset(
-    """
-    public session cache idempotency primary foreign partition sort dedupe dedup object map dict
-    lookup row group message event index unique composite routing shard cursor record entry state
-    config hot short sub react item list node component table column field storage bucket s3 gpg
-    pgp ssh host signing verify verification encryption kms license registry sessions channel
-    """.split()
+    [
+        "public",
+        "session",
+        "cache",
+        "idempotency",
+        "primary",
+        "foreign",
+        "partition",
+        "sort",
+        "dedupe",
+        "dedup",
+        "object",
+        "map",
+        "dict",
+        "lookup",
+        "row",
+        "group",
+        "message",
+        "event",
+        "index",
+        "unique",
+        "composite",
+        "routing",
+        "shard",
+        "cursor",
+        "record",
+        "entry",
+        "state",
+        "config",
+        "hot",
+        "short",
+        "sub",
+        "react",
+        "item",
+        "list",
+        "node",
+        "component",
+        "table",
+        "column",
+        "field",
+        "storage",
+        "bucket",
+        "s3",
+        "gpg",
+        "pgp",
+        "ssh",
+        "host",
+        "signing",
+        "verify",
+        "verification",
+        "encryption",
+        "kms",
+        "license",
+        "registry",
+        "sessions",
+        "channel",
+    ]
 )
 
 
@@ -431,6 +928,19 @@ def _service_before(text: str, start: int, *, window: int = 48) -> str | None:
     return None
 
 
+def _service_of_target(target: str | None) -> str | None:
+    """'password for the GitLab admin panel' -> GitLab; 'for the router' -> router."""
+    if not target:
+        return None
+    words = [w for w in re.split(r"\s+", target.strip()) if w]
+    while words and words[0].lower() in _NOT_SERVICES:
+        words.pop(0)
+    for word in words:
+        if word.lower() in _SERVICES:
+            return _SERVICES[word.lower()]
+    return " ".join(words[:3]) or None
+
+
 def _known_service_near(text: str, start: int, *, window: int = 80) -> str | None:
     """A known provider named shortly before a shared-format key ('DeepSeek: sk-...')."""
     before = text[max(0, start - window) : start].lower()
@@ -452,6 +962,7 @@ def _known_service_near(text: str, start: int, *, window: int = 80) -> str | Non
 
 # ---------------------------------------------------------------------------------------------
 # Extractors
+
 
 def _span_of(m: re.Match[str]) -> tuple[int, int]:
     if "secret" in m.re.groupindex and m.group("secret") is not None:
@@ -533,8 +1044,13 @@ def _extract_assignment(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
     if not _plausible(unwrapped, strength):
         return None
     service = service_from_name(last, known_only=True) or _known_service_near(text, m.start(), window=60)
-    return _Hit(start, end, key_name=last, service=service or service_from_name(last),
-                value=unwrapped if unwrapped != value else None)
+    return _Hit(
+        start,
+        end,
+        key_name=last,
+        service=service or service_from_name(last),
+        value=unwrapped if unwrapped != value else None,
+    )
 
 
 def _extract_cli_flag(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
@@ -574,8 +1090,8 @@ def _extract_url_credentials(rule: Rule, m: re.Match[str], text: str) -> _Hit | 
     user = m.group("user")
     if len(value) < 3 or _is_placeholder(value) or _REFERENCE_RE.search(value):
         return None
-    if value.lower() in ("pass", "pw", "passwd", "pwd") or user.lower() in ("user", "username") and value.lower() in (
-        "pass", "password", "secret"
+    if value.lower() in ("pass", "pw", "passwd", "pwd") or (
+        user.lower() in ("user", "username") and value.lower() in ("pass", "password", "secret")
     ):
         return None
     if re.match(r"\d{1,5}(?:[,/]|$)", value):
@@ -612,7 +1128,7 @@ def _cue_value(m: re.Match[str], text: str) -> tuple[int, int, bool]:
     if q:
         close = _OPEN_QUOTES.get(q, q)
         idx = text.find(close, start, end + 1) if close.isascii() else -1
-        if close.isascii() and 0 <= idx:
+        if close.isascii() and idx >= 0:
             end = idx
             quoted = True
         elif not close.isascii():
@@ -630,12 +1146,7 @@ def _extract_password_cue(rule: Rule, m: re.Match[str], text: str) -> _Hit | Non
     value = text[start:end]
     if not _plausible(value, "password", quoted=quoted):
         return None
-    target = m.groupdict().get("target")
-    service = None
-    if target:
-        service = _service_before(target.strip() + " ", len(target.strip()) + 1) or target.strip()
-    if service is None:
-        service = _service_before(text, m.start("cue"))
+    service = _service_of_target(m.group("target")) or _service_before(text, m.start("cue"))
     return _Hit(start, end, key_name=m.group("cue").lower(), service=service)
 
 
@@ -643,12 +1154,7 @@ def _extract_token_cue(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
     start, end, quoted = _cue_value(m, text)
     value = text[start:end]
     cue = m.group("cue").lower()
-    target = m.groupdict().get("target")
-    service = None
-    if target:
-        service = _service_before(target.strip() + " ", len(target.strip()) + 1) or target.strip()
-    if service is None:
-        service = _service_before(text, m.start("cue"))
+    service = _service_of_target(m.group("target")) or _service_before(text, m.start("cue"))
     bare_key = re.fullmatch(r"keys?", cue) is not None
     qualified = any(cue.startswith(q) for q in _STRONG_KEY_QUALIFIERS) or service is not None
     strength: Strength = "weak" if bare_key and not qualified else "token"
@@ -730,62 +1236,185 @@ _PEM_BODY = r"[A-Za-z0-9+/=\s\\:,\-]"
 
 _PROVIDER_RULES: tuple[Rule, ...] = (
     # --- AI model providers
-    _p("anthropic_api_key", "Anthropic", "ANTHROPIC_API_KEY",
-       _L + r"sk-ant-(?:api|admin|oat|ort|sid)\d{2}-[A-Za-z0-9_\-]{32,}" + _R, ("sk-ant-",)),
-    _p("openai_project_key", "OpenAI", "OPENAI_API_KEY",
-       _L + r"sk-(?:proj|svcacct|admin|None)-[A-Za-z0-9_\-]{40,}" + _R, ("sk-proj-", "sk-svcacct-", "sk-admin-", "sk-none-")),
-    _p("openai_api_key", "OpenAI", "OPENAI_API_KEY",
-       _L + r"sk-[A-Za-z0-9]{20}T3BlbkFJ[A-Za-z0-9]{20}" + _R, ("t3blbkfj",)),
+    _p(
+        "anthropic_api_key",
+        "Anthropic",
+        "ANTHROPIC_API_KEY",
+        _L + r"sk-ant-(?:api|admin|oat|ort|sid)\d{2}-[A-Za-z0-9_\-]{32,}" + _R,
+        ("sk-ant-",),
+    ),
+    _p(
+        "openai_project_key",
+        "OpenAI",
+        "OPENAI_API_KEY",
+        _L + r"sk-(?:proj|svcacct|admin|None)-[A-Za-z0-9_\-]{40,}" + _R,
+        ("sk-proj-", "sk-svcacct-", "sk-admin-", "sk-none-"),
+    ),
+    _p(
+        "openai_api_key",
+        "OpenAI",
+        "OPENAI_API_KEY",
+        _L + r"sk-[A-Za-z0-9]{20}T3BlbkFJ[A-Za-z0-9]{20}" + _R,
+        ("t3blbkfj",),
+    ),
     _p("openrouter_api_key", "OpenRouter", "OPENROUTER_API_KEY", _L + r"sk-or-v1-[a-f0-9]{64}" + _R, ("sk-or-",)),
     _p("deepseek_api_key", "DeepSeek", "DEEPSEEK_API_KEY", _L + r"sk-[a-f0-9]{32}" + _R, ("sk-",), shared=True),
-    _p("sk_api_key", "OpenAI-compatible", "API_KEY", _L + r"sk-(?=[A-Za-z0-9]*[0-9])(?=[A-Za-z0-9]*[A-Za-z])[A-Za-z0-9]{32,100}" + _R,
-       ("sk-",), entropy=3.2, shared=True),
+    _p(
+        "sk_api_key",
+        "OpenAI-compatible",
+        "API_KEY",
+        _L + r"sk-(?=[A-Za-z0-9]*[0-9])(?=[A-Za-z0-9]*[A-Za-z])[A-Za-z0-9]{32,100}" + _R,
+        ("sk-",),
+        entropy=3.2,
+        shared=True,
+    ),
     _p("groq_api_key", "Groq", "GROQ_API_KEY", _L + r"gsk_[A-Za-z0-9]{52}" + _R, ("gsk_",)),
     _p("xai_api_key", "xAI", "XAI_API_KEY", _L + r"xai-[A-Za-z0-9]{80}" + _R, ("xai-",)),
     _p("google_api_key", "Google", "GOOGLE_API_KEY", _L + r"AIza[0-9A-Za-z_\-]{35}" + _R, ("aiza",), shared=True),
-    _p("google_oauth_client_secret", "Google", "GOOGLE_CLIENT_SECRET", _L + r"GOCSPX-[A-Za-z0-9_\-]{28}" + _R, ("gocspx-",)),
-    _p("google_oauth_access_token", "Google", "GOOGLE_ACCESS_TOKEN", _L + r"ya29\.[A-Za-z0-9_\-]{30,}" + _R, ("ya29.",)),
+    _p(
+        "google_oauth_client_secret",
+        "Google",
+        "GOOGLE_CLIENT_SECRET",
+        _L + r"GOCSPX-[A-Za-z0-9_\-]{28}" + _R,
+        ("gocspx-",),
+    ),
+    _p("google_oauth_token", "Google", "GOOGLE_ACCESS_TOKEN", _L + r"ya29\.[A-Za-z0-9_\-]{30,}" + _R, ("ya29.",)),
     _p("google_oauth_refresh_token", "Google", "GOOGLE_REFRESH_TOKEN", _L + r"1//0[A-Za-z0-9_\-]{40,}" + _R, ("1//0",)),
-    _p("huggingface_token", "Hugging Face", "HF_TOKEN", _L + r"(?:hf_|api_org_)[A-Za-z0-9]{34,40}" + _R, ("hf_", "api_org_")),
+    _p(
+        "huggingface_token",
+        "Hugging Face",
+        "HF_TOKEN",
+        _L + r"(?:hf_|api_org_)[A-Za-z0-9]{34,40}" + _R,
+        ("hf_", "api_org_"),
+    ),
     _p("replicate_api_token", "Replicate", "REPLICATE_API_TOKEN", _L + r"r8_[A-Za-z0-9]{37}" + _R, ("r8_",)),
     _p("perplexity_api_key", "Perplexity", "PERPLEXITY_API_KEY", _L + r"pplx-[A-Za-z0-9]{48}" + _R, ("pplx-",)),
     _p("tavily_api_key", "Tavily", "TAVILY_API_KEY", _L + r"tvly-(?:dev-|prod-)?[A-Za-z0-9]{32}" + _R, ("tvly-",)),
-    _p("langsmith_api_key", "LangSmith", "LANGSMITH_API_KEY", _L + r"lsv2_(?:pt|sk)_[a-f0-9]{32}_[a-f0-9]{10}" + _R, ("lsv2_",)),
+    _p(
+        "langsmith_api_key",
+        "LangSmith",
+        "LANGSMITH_API_KEY",
+        _L + r"lsv2_(?:pt|sk)_[a-f0-9]{32}_[a-f0-9]{10}" + _R,
+        ("lsv2_",),
+    ),
     _p("elevenlabs_api_key", "ElevenLabs", "ELEVENLABS_API_KEY", _L + r"sk_[a-f0-9]{48}" + _R, ("sk_",)),
-    _p("fireworks_api_key", "Fireworks AI", "FIREWORKS_API_KEY", _L + r"fw_[A-Za-z0-9]{24}" + _R, ("fw_",), entropy=3.0),
+    _p(
+        "fireworks_api_key", "Fireworks AI", "FIREWORKS_API_KEY", _L + r"fw_[A-Za-z0-9]{24}" + _R, ("fw_",), entropy=3.0
+    ),
     _p("firecrawl_api_key", "Firecrawl", "FIRECRAWL_API_KEY", _L + r"fc-[a-f0-9]{32}" + _R, ("fc-",)),
     _p("zhipu_api_key", "Zhipu", "ZHIPUAI_API_KEY", _L + r"[a-f0-9]{32}\.[A-Za-z0-9]{16}" + _R, ()),
-    _p("baidu_qianfan_api_key", "Baidu Qianfan", "QIANFAN_API_KEY",
-       _L + r"bce-v3/ALTAK-[A-Za-z0-9]{21}/[a-f0-9]{40}" + _R, ("bce-v3/",)),
+    _p(
+        "baidu_qianfan_api_key",
+        "Baidu Qianfan",
+        "QIANFAN_API_KEY",
+        _L + r"bce-v3/ALTAK-[A-Za-z0-9]{21}/[a-f0-9]{40}" + _R,
+        ("bce-v3/",),
+    ),
     # --- cloud
-    _p("aws_access_key_id", "AWS", "AWS_ACCESS_KEY_ID",
-       r"(?<![A-Z0-9])(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}(?![A-Z0-9])", ("akia", "asia", "abia", "acca")),
-    _p("azure_storage_account_key", "Azure", "AZURE_STORAGE_KEY",
-       r"(?i:AccountKey)=(?P<secret>[A-Za-z0-9+/]{86}==)", ("accountkey=",)),
-    _p("azure_ad_client_secret", "Azure", "AZURE_CLIENT_SECRET",
-       r"(?<![A-Za-z0-9_~.\-])[A-Za-z0-9_~.]{3}\dQ~[A-Za-z0-9_~.\-]{31,34}(?![A-Za-z0-9_~.\-])", ("q~",)),
-    _p("azure_sas_token", "Azure", "AZURE_SAS_TOKEN",
-       r"[?&]sv=\d{4}-\d{2}-\d{2}[^\s\"'<>]{0,300}?[?&]sig=(?P<secret>[A-Za-z0-9%+/=]{30,})", ("sig=",)),
-    _p("gcp_service_account_key", "Google Cloud", "GOOGLE_APPLICATION_CREDENTIALS",
-       r"\"private_key_id\"\s*:\s*\"(?P<secret>[a-f0-9]{40})\"", ("private_key_id",)),
-    _p("alibaba_access_key_id", "Alibaba Cloud", "ALIBABA_CLOUD_ACCESS_KEY_ID", _L + r"LTAI[A-Za-z0-9]{12,20}" + _R, ("ltai",)),
+    _p(
+        "aws_access_key_id",
+        "AWS",
+        "AWS_ACCESS_KEY_ID",
+        r"(?<![A-Z0-9])(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}(?![A-Z0-9])",
+        ("akia", "asia", "abia", "acca"),
+    ),
+    _p(
+        "azure_storage_account_key",
+        "Azure",
+        "AZURE_STORAGE_KEY",
+        r"(?i:AccountKey)=(?P<secret>[A-Za-z0-9+/]{86}==)",
+        ("accountkey=",),
+    ),
+    _p(
+        "azure_ad_client_secret",
+        "Azure",
+        "AZURE_CLIENT_SECRET",
+        r"(?<![A-Za-z0-9_~.\-])[A-Za-z0-9_~.]{3}\dQ~[A-Za-z0-9_~.\-]{31,34}(?![A-Za-z0-9_~.\-])",
+        ("q~",),
+    ),
+    _p(
+        "azure_sas_token",
+        "Azure",
+        "AZURE_SAS_TOKEN",
+        r"[?&]sv=\d{4}-\d{2}-\d{2}[^\s\"'<>]{0,300}?[?&]sig=(?P<secret>[A-Za-z0-9%+/=]{30,})",
+        ("sig=",),
+    ),
+    _p(
+        "gcp_service_account_key",
+        "Google Cloud",
+        "GOOGLE_APPLICATION_CREDENTIALS",
+        r"\"private_key_id\"\s*:\s*\"(?P<secret>[a-f0-9]{40})\"",
+        ("private_key_id",),
+    ),
+    _p(
+        "alibaba_access_key_id",
+        "Alibaba Cloud",
+        "ALIBABA_CLOUD_ACCESS_KEY_ID",
+        _L + r"LTAI[A-Za-z0-9]{12,20}" + _R,
+        ("ltai",),
+    ),
     _p("tencent_secret_id", "Tencent Cloud", "TENCENTCLOUD_SECRET_ID", _L + r"AKID[A-Za-z0-9]{32}" + _R, ("akid",)),
-    _p("digitalocean_token", "DigitalOcean", "DIGITALOCEAN_TOKEN", _L + r"do[opr]_v1_[a-f0-9]{64}" + _R, ("dop_v1_", "doo_v1_", "dor_v1_")),
-    _p("cloudflare_origin_ca_key", "Cloudflare", "CLOUDFLARE_ORIGIN_CA_KEY",
-       _L + r"v1\.0-[a-f0-9]{24}-[a-f0-9]{146}" + _R, ("v1.0-",)),
+    _p(
+        "digitalocean_token",
+        "DigitalOcean",
+        "DIGITALOCEAN_TOKEN",
+        _L + r"do[opr]_v1_[a-f0-9]{64}" + _R,
+        ("dop_v1_", "doo_v1_", "dor_v1_"),
+    ),
+    _p(
+        "cloudflare_origin_ca_key",
+        "Cloudflare",
+        "CLOUDFLARE_ORIGIN_CA_KEY",
+        _L + r"v1\.0-[a-f0-9]{24}-[a-f0-9]{146}" + _R,
+        ("v1.0-",),
+    ),
     _p("heroku_api_key", "Heroku", "HEROKU_API_KEY", _L + r"HRKU-[A-Za-z0-9_\-]{60}" + _R, ("hrku-",)),
     _p("supabase_access_token", "Supabase", "SUPABASE_ACCESS_TOKEN", _L + r"sbp_[a-f0-9]{40}" + _R, ("sbp_",)),
-    _p("supabase_secret_key", "Supabase", "SUPABASE_SECRET_KEY", _L + r"sb_secret_[A-Za-z0-9_\-]{20,}" + _R, ("sb_secret_",)),
+    _p(
+        "supabase_secret_key",
+        "Supabase",
+        "SUPABASE_SECRET_KEY",
+        _L + r"sb_secret_[A-Za-z0-9_\-]{20,}" + _R,
+        ("sb_secret_",),
+    ),
     _p("databricks_token", "Databricks", "DATABRICKS_TOKEN", _L + r"dapi[a-f0-9]{32}(?:-\d)?" + _R, ("dapi",)),
-    _p("firebase_fcm_server_key", "Firebase", "FCM_SERVER_KEY",
-       _L + r"AAAA[A-Za-z0-9_\-]{7}:APA91b[A-Za-z0-9_\-]{100,}" + _R, ("apa91b",)),
-    _p("hashicorp_vault_token", "HashiCorp Vault", "VAULT_TOKEN", _L + r"hv[sb]\.[A-Za-z0-9_\-]{24,}" + _R, ("hvs.", "hvb.")),
-    _p("terraform_cloud_token", "Terraform Cloud", "TFE_TOKEN",
-       _L + r"[A-Za-z0-9]{14}\.atlasv1\.[A-Za-z0-9_=\-]{60,70}" + _R, ("atlasv1",)),
-    _p("doppler_token", "Doppler", "DOPPLER_TOKEN", _L + r"dp\.(?:pt|st|sa|ct|scim|audit)\.[A-Za-z0-9]{40,44}" + _R, ("dp.",)),
+    _p(
+        "firebase_fcm_server_key",
+        "Firebase",
+        "FCM_SERVER_KEY",
+        _L + r"AAAA[A-Za-z0-9_\-]{7}:APA91b[A-Za-z0-9_\-]{100,}" + _R,
+        ("apa91b",),
+    ),
+    _p(
+        "hashicorp_vault_token",
+        "HashiCorp Vault",
+        "VAULT_TOKEN",
+        _L + r"hv[sb]\.[A-Za-z0-9_\-]{24,}" + _R,
+        ("hvs.", "hvb."),
+    ),
+    _p(
+        "terraform_cloud_token",
+        "Terraform Cloud",
+        "TFE_TOKEN",
+        _L + r"[A-Za-z0-9]{14}\.atlasv1\.[A-Za-z0-9_=\-]{60,70}" + _R,
+        ("atlasv1",),
+    ),
+    _p(
+        "doppler_token",
+        "Doppler",
+        "DOPPLER_TOKEN",
+        _L + r"dp\.(?:pt|st|sa|ct|scim|audit)\.[A-Za-z0-9]{40,44}" + _R,
+        ("dp.",),
+    ),
     _p("pulumi_access_token", "Pulumi", "PULUMI_ACCESS_TOKEN", _L + r"pul-[a-f0-9]{40}" + _R, ("pul-",)),
-    _p("vercel_token", "Vercel", "VERCEL_TOKEN", _L + r"vc[pkiar]_[A-Za-z0-9]{24,60}" + _R, ("vcp_", "vck_", "vci_", "vca_", "vcr_"),
-       entropy=3.0),
+    _p(
+        "vercel_token",
+        "Vercel",
+        "VERCEL_TOKEN",
+        _L + r"vc[pkiar]_[A-Za-z0-9]{24,60}" + _R,
+        ("vcp_", "vck_", "vci_", "vca_", "vcr_"),
+        entropy=3.0,
+    ),
     _p("netlify_token", "Netlify", "NETLIFY_AUTH_TOKEN", _L + r"nfp_[A-Za-z0-9]{36}" + _R, ("nfp_",)),
     # --- code hosting, packages, CI
     _p("github_personal_access_token", "GitHub", "GITHUB_TOKEN", _L + r"ghp_[A-Za-z0-9]{36}" + _R, ("ghp_",)),
@@ -793,88 +1422,273 @@ _PROVIDER_RULES: tuple[Rule, ...] = (
     _p("github_user_to_server_token", "GitHub", "GITHUB_TOKEN", _L + r"ghu_[A-Za-z0-9]{36}" + _R, ("ghu_",)),
     _p("github_server_to_server_token", "GitHub", "GITHUB_TOKEN", _L + r"ghs_[A-Za-z0-9]{36}" + _R, ("ghs_",)),
     _p("github_refresh_token", "GitHub", "GITHUB_REFRESH_TOKEN", _L + r"ghr_[A-Za-z0-9]{36,76}" + _R, ("ghr_",)),
-    _p("github_fine_grained_pat", "GitHub", "GITHUB_TOKEN", _L + r"github_pat_[A-Za-z0-9]{22}_[A-Za-z0-9]{59}" + _R, ("github_pat_",)),
-    _p("gitlab_token", "GitLab", "GITLAB_TOKEN",
-       _L + r"gl(?:pat|dt|rt|ptt|cbt|oas|soat|ffct|imt|agent)-[A-Za-z0-9_\-.]{20,}" + _R,
-       ("glpat-", "gldt-", "glrt-", "glptt-", "glcbt-", "gloas-", "glsoat-", "glffct-", "glimt-", "glagent-")),
+    _p(
+        "github_fine_grained_pat",
+        "GitHub",
+        "GITHUB_TOKEN",
+        _L + r"github_pat_[A-Za-z0-9]{22}_[A-Za-z0-9]{59}" + _R,
+        ("github_pat_",),
+    ),
+    _p(
+        "gitlab_token",
+        "GitLab",
+        "GITLAB_TOKEN",
+        _L + r"gl(?:pat|dt|rt|ptt|cbt|oas|soat|ffct|imt|agent)-[A-Za-z0-9_\-.]{20,}" + _R,
+        ("glpat-", "gldt-", "glrt-", "glptt-", "glcbt-", "gloas-", "glsoat-", "glffct-", "glimt-", "glagent-"),
+    ),
     _p("npm_token", "npm", "NPM_TOKEN", _L + r"npm_[A-Za-z0-9]{36}" + _R, ("npm_",)),
     _p("pypi_token", "PyPI", "PYPI_TOKEN", _L + r"pypi-AgE[A-Za-z0-9_\-]{60,}" + _R, ("pypi-age",)),
-    _p("dockerhub_token", "Docker Hub", "DOCKERHUB_TOKEN", _L + r"dckr_(?:pat|oat)_[A-Za-z0-9_\-]{27,}" + _R, ("dckr_",)),
-    _p("atlassian_api_token", "Atlassian", "ATLASSIAN_API_TOKEN", _L + r"AT[AC]TT3[A-Za-z0-9_=\-]{100,}" + _R, ("atatt3", "atctt3")),
-    _p("linear_api_key", "Linear", "LINEAR_API_KEY", _L + r"lin_(?:api|oauth)_[A-Za-z0-9]{40}" + _R, ("lin_api_", "lin_oauth_")),
-    _p("notion_token", "Notion", "NOTION_TOKEN", _L + r"(?:secret_[A-Za-z0-9]{43}|ntn_[A-Za-z0-9]{46})" + _R, ("secret_", "ntn_"),
-       entropy=3.5),
-    _p("sentry_token", "Sentry", "SENTRY_AUTH_TOKEN",
-       _L + r"(?:sntrys_eyJ[A-Za-z0-9_+/=\-]{40,}|sntryu_[a-f0-9]{64})" + _R, ("sntrys_", "sntryu_")),
+    _p(
+        "dockerhub_token",
+        "Docker Hub",
+        "DOCKERHUB_TOKEN",
+        _L + r"dckr_(?:pat|oat)_[A-Za-z0-9_\-]{27,}" + _R,
+        ("dckr_",),
+    ),
+    _p(
+        "atlassian_api_token",
+        "Atlassian",
+        "ATLASSIAN_API_TOKEN",
+        _L + r"AT[AC]TT3[A-Za-z0-9_=\-]{100,}" + _R,
+        ("atatt3", "atctt3"),
+    ),
+    _p(
+        "linear_api_key",
+        "Linear",
+        "LINEAR_API_KEY",
+        _L + r"lin_(?:api|oauth)_[A-Za-z0-9]{40}" + _R,
+        ("lin_api_", "lin_oauth_"),
+    ),
+    _p(
+        "notion_token",
+        "Notion",
+        "NOTION_TOKEN",
+        _L + r"(?:secret_[A-Za-z0-9]{43}|ntn_[A-Za-z0-9]{46})" + _R,
+        ("secret_", "ntn_"),
+        entropy=3.5,
+    ),
+    _p(
+        "sentry_token",
+        "Sentry",
+        "SENTRY_AUTH_TOKEN",
+        _L + r"(?:sntrys_eyJ[A-Za-z0-9_+/=\-]{40,}|sntryu_[a-f0-9]{64})" + _R,
+        ("sntrys_", "sntryu_"),
+    ),
     _p("postman_api_key", "Postman", "POSTMAN_API_KEY", _L + r"PMAK-[a-f0-9]{24}-[a-f0-9]{34}" + _R, ("pmak-",)),
-    _p("grafana_token", "Grafana", "GRAFANA_TOKEN",
-       _L + r"(?:glsa_[A-Za-z0-9]{32}_[a-f0-9]{8}|glc_[A-Za-z0-9+/]{32,}={0,2})" + _R, ("glsa_", "glc_")),
+    _p(
+        "grafana_token",
+        "Grafana",
+        "GRAFANA_TOKEN",
+        _L + r"(?:glsa_[A-Za-z0-9]{32}_[a-f0-9]{8}|glc_[A-Za-z0-9+/]{32,}={0,2})" + _R,
+        ("glsa_", "glc_"),
+    ),
     _p("newrelic_api_key", "New Relic", "NEW_RELIC_API_KEY", _L + r"NRAK-[A-Z0-9]{27}" + _R, ("nrak-",)),
     _p("figma_token", "Figma", "FIGMA_TOKEN", _L + r"figd_[A-Za-z0-9_\-]{40}" + _R, ("figd_",)),
     _p("airtable_token", "Airtable", "AIRTABLE_TOKEN", _L + r"pat[A-Za-z0-9]{14}\.[a-f0-9]{64}" + _R, ("pat",)),
     # --- messaging, email
-    _p("slack_token", "Slack", "SLACK_TOKEN", _L + r"xox[abposre]-(?:\d+-)?[A-Za-z0-9\-]{10,}" + _R, ("xox",), entropy=3.0),
+    _p(
+        "slack_token",
+        "Slack",
+        "SLACK_TOKEN",
+        _L + r"xox[abposre]-(?:\d+-)?[A-Za-z0-9\-]{10,}" + _R,
+        ("xox",),
+        entropy=3.0,
+    ),
     _p("slack_app_token", "Slack", "SLACK_APP_TOKEN", _L + r"xapp-\d-[A-Z0-9]+-\d+-[a-z0-9]+" + _R, ("xapp-",)),
-    _p("slack_webhook_url", "Slack", "SLACK_WEBHOOK_URL",
-       r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9+/_\-]{30,}", ("hooks.slack.com",)),
-    _p("telegram_bot_token", "Telegram", "TELEGRAM_BOT_TOKEN", r"(?<![0-9A-Za-z])[0-9]{8,10}:[A-Za-z0-9_\-]{35}" + _R, (),
-       entropy=3.5),
-    _p("discord_bot_token", "Discord", "DISCORD_BOT_TOKEN",
-       _L + r"[MNO][A-Za-z0-9_\-]{23,25}\.[A-Za-z0-9_\-]{6}\.[A-Za-z0-9_\-]{27,38}" + _R, (), entropy=3.5),
-    _p("discord_webhook_url", "Discord", "DISCORD_WEBHOOK_URL",
-       r"https://(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks/\d{16,20}/[A-Za-z0-9_\-]{60,68}", ("discord",)),
+    _p(
+        "slack_webhook_url",
+        "Slack",
+        "SLACK_WEBHOOK_URL",
+        r"https://hooks\.slack\.com/(?:services|workflows|triggers)/(?P<secret>[A-Za-z0-9+/_\-]{30,})",
+        ("hooks.slack.com",),
+    ),
+    _p(
+        "telegram_bot_token",
+        "Telegram",
+        "TELEGRAM_BOT_TOKEN",
+        r"(?<![0-9A-Za-z])[0-9]{8,10}:[A-Za-z0-9_\-]{35}" + _R,
+        (),
+        entropy=3.5,
+    ),
+    _p(
+        "discord_bot_token",
+        "Discord",
+        "DISCORD_BOT_TOKEN",
+        _L + r"[MNO][A-Za-z0-9_\-]{23,25}\.[A-Za-z0-9_\-]{6}\.[A-Za-z0-9_\-]{27,38}" + _R,
+        (),
+        entropy=3.5,
+    ),
+    _p(
+        "discord_webhook_url",
+        "Discord",
+        "DISCORD_WEBHOOK_URL",
+        r"https://(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks/(?P<secret>\d{16,20}/[A-Za-z0-9_\-]{60,68})",
+        ("discord",),
+    ),
     _p("twilio_api_key", "Twilio", "TWILIO_API_KEY", r"(?<![A-Za-z0-9])SK[0-9a-fA-F]{32}(?![A-Za-z0-9])", ("sk",)),
-    _p("sendgrid_api_key", "SendGrid", "SENDGRID_API_KEY", _L + r"SG\.[A-Za-z0-9_\-]{22}\.[A-Za-z0-9_\-]{43}" + _R, ("sg.",)),
-    _p("mailgun_api_key", "Mailgun", "MAILGUN_API_KEY",
-       _L + r"(?:key-[0-9a-f]{32}|[0-9a-f]{32}-[0-9a-f]{8}-[0-9a-f]{8})" + _R, ("key-",)),
+    _p(
+        "sendgrid_api_key",
+        "SendGrid",
+        "SENDGRID_API_KEY",
+        _L + r"SG\.[A-Za-z0-9_\-]{22}\.[A-Za-z0-9_\-]{43}" + _R,
+        ("sg.",),
+    ),
+    _p(
+        "mailgun_api_key",
+        "Mailgun",
+        "MAILGUN_API_KEY",
+        _L + r"(?:key-[0-9a-f]{32}|[0-9a-f]{32}-[0-9a-f]{8}-[0-9a-f]{8})" + _R,
+        ("key-",),
+    ),
     _p("mailchimp_api_key", "Mailchimp", "MAILCHIMP_API_KEY", _L + r"[a-f0-9]{32}-us[0-9]{1,2}" + _R, ("-us",)),
     _p("resend_api_key", "Resend", "RESEND_API_KEY", _L + r"re_[A-Za-z0-9]{8}_[A-Za-z0-9]{24}" + _R, ("re_",)),
     # --- payments, commerce
-    _p("stripe_secret_key", "Stripe", "STRIPE_SECRET_KEY", _L + r"sk_(?:live|test)_[A-Za-z0-9]{24,99}" + _R, ("sk_live_", "sk_test_")),
-    _p("stripe_restricted_key", "Stripe", "STRIPE_RESTRICTED_KEY", _L + r"rk_(?:live|test)_[A-Za-z0-9]{24,99}" + _R,
-       ("rk_live_", "rk_test_")),
+    _p(
+        "stripe_secret_key",
+        "Stripe",
+        "STRIPE_SECRET_KEY",
+        _L + r"sk_(?:live|test)_[A-Za-z0-9]{24,99}" + _R,
+        ("sk_live_", "sk_test_"),
+    ),
+    _p(
+        "stripe_restricted_key",
+        "Stripe",
+        "STRIPE_RESTRICTED_KEY",
+        _L + r"rk_(?:live|test)_[A-Za-z0-9]{24,99}" + _R,
+        ("rk_live_", "rk_test_"),
+    ),
     _p("stripe_webhook_secret", "Stripe", "STRIPE_WEBHOOK_SECRET", _L + r"whsec_[A-Za-z0-9+/=]{32,}" + _R, ("whsec_",)),
-    _p("shopify_token", "Shopify", "SHOPIFY_ACCESS_TOKEN", _L + r"shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}" + _R,
-       ("shpat_", "shpca_", "shppa_", "shpss_")),
-    _p("square_access_token", "Square", "SQUARE_ACCESS_TOKEN",
-       _L + r"(?:EAAA[A-Za-z0-9_\-]{60}|sq0atp-[A-Za-z0-9_\-]{22})" + _R, ("eaaa", "sq0atp-"), entropy=3.0),
+    _p(
+        "shopify_token",
+        "Shopify",
+        "SHOPIFY_ACCESS_TOKEN",
+        _L + r"shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}" + _R,
+        ("shpat_", "shpca_", "shppa_", "shpss_"),
+    ),
+    _p(
+        "square_token",
+        "Square",
+        "SQUARE_ACCESS_TOKEN",
+        _L + r"(?:EAAA[A-Za-z0-9_\-]{60}|sq0atp-[A-Za-z0-9_\-]{22})" + _R,
+        ("eaaa", "sq0atp-"),
+        entropy=3.0,
+    ),
     _p("square_oauth_secret", "Square", "SQUARE_OAUTH_SECRET", _L + r"sq0csp-[A-Za-z0-9_\-]{43}" + _R, ("sq0csp-",)),
-    _p("braintree_access_token", "PayPal/Braintree", "BRAINTREE_ACCESS_TOKEN",
-       r"access_token\$(?:production|sandbox)\$[a-z0-9]{16}\$[a-f0-9]{32}", ("access_token$",)),
+    _p(
+        "braintree_token",
+        "PayPal/Braintree",
+        "BRAINTREE_ACCESS_TOKEN",
+        # the fixed "access_token$" is left in place: it is a common word, not part of the secret
+        r"access_token\$(?P<secret>(?:production|sandbox)\$[a-z0-9]{16}\$[a-f0-9]{32})",
+        ("access_token$",),
+    ),
     # --- generic formats
     _p("jwt", "JWT", "JWT", _L + r"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}" + _R, ("eyj",)),
-    _p("mapbox_secret_token", "Mapbox", "MAPBOX_SECRET_TOKEN",
-       _L + r"sk\.eyJ[A-Za-z0-9_\-]{50,}\.[A-Za-z0-9_\-]{20,}" + _R, ("sk.eyj",)),
+    _p(
+        "mapbox_secret_token",
+        "Mapbox",
+        "MAPBOX_SECRET_TOKEN",
+        _L + r"sk\.eyJ[A-Za-z0-9_\-]{50,}\.[A-Za-z0-9_\-]{20,}" + _R,
+        ("sk.eyj",),
+    ),
     _p("dropbox_token", "Dropbox", "DROPBOX_TOKEN", _L + r"sl\.(?:u\.)?[A-Za-z0-9_\-]{130,}" + _R, ("sl.",)),
-    _p("age_secret_key", "age", "AGE_SECRET_KEY", r"AGE-SECRET-KEY-1[QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L]{58}", ("age-secret-key-1",)),
-    _p("openssh_private_key", "SSH", "SSH_PRIVATE_KEY",
-       r"-----BEGIN OPENSSH PRIVATE KEY-----(?:[\s\S]{20,20000}?-----END OPENSSH PRIVATE KEY-----|" + _PEM_BODY + r"{40,20000})",
-       ("-----begin openssh private key",)),
-    _p("pgp_private_key", "PGP", "PGP_PRIVATE_KEY",
-       r"-----BEGIN PGP PRIVATE KEY BLOCK-----(?:[\s\S]{20,40000}?-----END PGP PRIVATE KEY BLOCK-----|" + _PEM_BODY + r"{40,40000})",
-       ("-----begin pgp private key",)),
-    _p("private_key", "PEM", "PRIVATE_KEY",
-       r"-----BEGIN (?:(?:RSA|EC|DSA|ENCRYPTED) )?PRIVATE KEY-----(?:[\s\S]{20,20000}?-----END (?:(?:RSA|EC|DSA|ENCRYPTED) )?PRIVATE KEY-----|"
-       + _PEM_BODY + r"{40,20000})",
-       ("private key-----",), entropy=3.5),
-    _p("putty_private_key", "SSH", "PUTTY_PRIVATE_KEY",
-       r"PuTTY-User-Key-File-[23]:[\s\S]{10,10000}?Private-MAC: ?[a-f0-9]{40,64}", ("putty-user-key-file",)),
+    _p(
+        "age_secret_key",
+        "age",
+        "AGE_SECRET_KEY",
+        r"AGE-SECRET-KEY-1[QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L]{58}",
+        ("age-secret-key-1",),
+    ),
+    _p(
+        "openssh_private_key",
+        "SSH",
+        "SSH_PRIVATE_KEY",
+        r"-----BEGIN OPENSSH PRIVATE KEY-----(?:[\s\S]{20,20000}?-----END OPENSSH PRIVATE KEY-----|"
+        + _PEM_BODY
+        + r"{40,20000})",
+        ("-----begin openssh private key",),
+    ),
+    _p(
+        "pgp_private_key",
+        "PGP",
+        "PGP_PRIVATE_KEY",
+        r"-----BEGIN PGP PRIVATE KEY BLOCK-----(?:[\s\S]{20,40000}?-----END PGP PRIVATE KEY BLOCK-----|"
+        + _PEM_BODY
+        + r"{40,40000})",
+        ("-----begin pgp private key",),
+    ),
+    _p(
+        "private_key",
+        "PEM",
+        "PRIVATE_KEY",
+        r"-----BEGIN (?:(?:RSA|EC|DSA|ENCRYPTED) )?PRIVATE KEY-----"
+        r"(?:[\s\S]{20,20000}?-----END (?:(?:RSA|EC|DSA|ENCRYPTED) )?PRIVATE KEY-----|" + _PEM_BODY + r"{40,20000})",
+        ("private key-----",),
+        entropy=3.5,
+    ),
+    _p(
+        "putty_private_key",
+        "SSH",
+        "PUTTY_PRIVATE_KEY",
+        r"PuTTY-User-Key-File-[23]:[\s\S]{10,10000}?Private-MAC: ?[a-f0-9]{40,64}",
+        ("putty-user-key-file",),
+    ),
 )
 
 _CONTEXT_RULES: tuple[Rule, ...] = (
-    _c("aws_secret_access_key", "AWS", "AWS_SECRET_ACCESS_KEY",
-       _B64L + r"[A-Za-z0-9/+]{40}" + _B64R, ("aws", "secret_access_key", "secretaccesskey", "akia", "asia"), window=200),
-    _c("cloudflare_api_token", "Cloudflare", "CLOUDFLARE_API_TOKEN", _L + r"[A-Za-z0-9_\-]{40}" + _R, ("cloudflare", "cf_api")),
-    _c("cloudflare_global_api_key", "Cloudflare", "CLOUDFLARE_API_KEY", _L + r"[a-f0-9]{37}" + _R, ("cloudflare", "cf_api")),
-    _c("azure_openai_api_key", "Azure", "AZURE_OPENAI_API_KEY", _L + r"(?:[a-f0-9]{32}|[A-Za-z0-9]{84})" + _R, ("azure",)),
+    _c(
+        "aws_secret_access_key",
+        "AWS",
+        "AWS_SECRET_ACCESS_KEY",
+        _B64L + r"[A-Za-z0-9/+]{40}" + _B64R,
+        ("aws", "secret_access_key", "secretaccesskey", "akia", "asia"),
+        window=200,
+    ),
+    _c(
+        "cloudflare_api_token",
+        "Cloudflare",
+        "CLOUDFLARE_API_TOKEN",
+        _L + r"[A-Za-z0-9_\-]{40}" + _R,
+        ("cloudflare", "cf_api"),
+    ),
+    _c(
+        "cloudflare_global_api_key",
+        "Cloudflare",
+        "CLOUDFLARE_API_KEY",
+        _L + r"[a-f0-9]{37}" + _R,
+        ("cloudflare", "cf_api"),
+    ),
+    _c(
+        "azure_openai_api_key",
+        "Azure",
+        "AZURE_OPENAI_API_KEY",
+        _L + r"(?:[a-f0-9]{32}|[A-Za-z0-9]{84})" + _R,
+        ("azure",),
+    ),
     _c("mistral_api_key", "Mistral", "MISTRAL_API_KEY", _L + r"[A-Za-z0-9]{32}" + _R, ("mistral",)),
     _c("twilio_auth_token", "Twilio", "TWILIO_AUTH_TOKEN", _L + r"[a-f0-9]{32}" + _R, ("twilio",)),
-    _c("alibaba_access_key_secret", "Alibaba Cloud", "ALIBABA_CLOUD_ACCESS_KEY_SECRET", _L + r"[A-Za-z0-9]{30}" + _R,
-       ("ltai", "alibaba", "aliyun", "accesskeysecret", "access_key_secret", "阿里")),
-    _c("tencent_secret_key", "Tencent Cloud", "TENCENTCLOUD_SECRET_KEY", _L + r"[A-Za-z0-9]{32}" + _R,
-       ("akid", "tencent", "secretkey", "secret_key", "腾讯")),
-    _c("heroku_api_key_uuid", "Heroku", "HEROKU_API_KEY",
-       _L + r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}" + _R, ("heroku",), window=60),
+    _c(
+        "alibaba_access_key_secret",
+        "Alibaba Cloud",
+        "ALIBABA_CLOUD_ACCESS_KEY_SECRET",
+        _L + r"[A-Za-z0-9]{30}" + _R,
+        ("ltai", "alibaba", "aliyun", "accesskeysecret", "access_key_secret", "阿里"),
+    ),
+    _c(
+        "tencent_secret_key",
+        "Tencent Cloud",
+        "TENCENTCLOUD_SECRET_KEY",
+        _L + r"[A-Za-z0-9]{32}" + _R,
+        ("akid", "tencent", "secretkey", "secret_key", "腾讯"),
+    ),
+    _c(
+        "heroku_api_key_uuid",
+        "Heroku",
+        "HEROKU_API_KEY",
+        _L + r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}" + _R,
+        ("heroku",),
+        window=60,
+    ),
     _c("paypal_client_secret", "PayPal", "PAYPAL_CLIENT_SECRET", _L + r"E[A-Za-z0-9_\-]{79}" + _R, ("paypal",)),
     _c("cohere_api_key", "Cohere", "COHERE_API_KEY", _L + r"[A-Za-z0-9]{40}" + _R, ("cohere",)),
 )
@@ -923,25 +1737,42 @@ _TOKEN_CUE_RE = (
 )
 
 _GENERIC_RULES: tuple[Rule, ...] = (
-    _g("env_assignment", _ASSIGNMENT_RE, ("key", "token", "secret", "pass", "pwd", "auth", "cred"),
-       _extract_assignment),
-    _g("cli_secret_flag", _CLI_FLAG_RE, ("-api", "-token", "-access", "-auth", "-pass", "-secret", "-client", "-pat"),
-       _extract_cli_flag),
+    _g(
+        "env_assignment", _ASSIGNMENT_RE, ("key", "token", "secret", "pass", "pwd", "auth", "cred"), _extract_assignment
+    ),
+    _g(
+        "cli_secret_flag",
+        _CLI_FLAG_RE,
+        ("-api", "-token", "-access", "-auth", "-pass", "-secret", "-client", "-pat"),
+        _extract_cli_flag,
+    ),
     _g("authorization_header", _AUTH_HEADER_RE, ("authorization",), _extract_auth_header),
     _g("bearer_token", _BEARER_RE, ("bearer",), _extract_auth_header),
     _g("url_credentials", _URL_CREDENTIALS_RE, ("://",), _extract_url_credentials),
     _g("curl_user_password", _CURL_USER_RE, ("-u", "--user"), _extract_curl_user),
-    _g("password_cue", _PASSWORD_CUE_RE, ("pass", "pwd", "pin", "密码", "密碼", "口令", "密匙", "通行码"),
-       _extract_password_cue, kind="cue"),
-    _g("token_cue", _TOKEN_CUE_RE, ("key", "token", "secret", "credential", "密钥", "秘钥", "私钥", "令牌", "授权码", "凭"),
-       _extract_token_cue, kind="cue"),
+    _g(
+        "password_cue",
+        _PASSWORD_CUE_RE,
+        ("pass", "pwd", "pin", "密码", "密碼", "口令", "密匙", "通行码"),
+        _extract_password_cue,
+        kind="cue",
+    ),
+    _g(
+        "token_cue",
+        _TOKEN_CUE_RE,
+        ("key", "token", "secret", "credential", "密钥", "秘钥", "私钥", "令牌", "授权码", "凭"),
+        _extract_token_cue,
+        kind="cue",
+    ),
 )
 
 RULES: tuple[Rule, ...] = _PROVIDER_RULES + _CONTEXT_RULES + _GENERIC_RULES
+_RULE_ORDER: dict[str, int] = {rule.name: i for i, rule in enumerate(RULES)}
 
 
 # ---------------------------------------------------------------------------------------------
 # Detection
+
 
 @dataclass(slots=True)
 class _Candidate:
@@ -970,7 +1801,8 @@ def _merge(text: str, candidates: list[_Candidate]) -> list[SecretMatch]:
             cluster_end = cand.end
     matches: list[SecretMatch] = []
     for cluster in clusters:
-        best = max(cluster, key=lambda c: (c.rule.priority, c.end - c.start))
+        # ties go to the rule listed first: the table lists narrower formats before wider ones
+        best = max(cluster, key=lambda c: (c.rule.priority, c.end - c.start, -_RULE_ORDER[c.rule.name]))
         named = [c for c in cluster if c.key_name]
         # an assignment's variable name beats a rule's default name (DEEPSEEK_API_KEY=sk-...)
         key_name = best.key_name or (named[0].key_name if named else None) or best.rule.key_name
@@ -988,9 +1820,7 @@ def _merge(text: str, candidates: list[_Candidate]) -> list[SecretMatch]:
                 service = best.rule.service
         start = min(c.start for c in cluster)
         end = max(c.end for c in cluster)
-        matches.append(
-            SecretMatch(best.rule.name, service, key_name or best.rule.key_name, start, end, best.value)
-        )
+        matches.append(SecretMatch(best.rule.name, service, key_name or best.rule.key_name, start, end, best.value))
     return matches
 
 

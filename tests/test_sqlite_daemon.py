@@ -1,0 +1,93 @@
+"""OpenClaw 2026.9+ SQLite transcript stores, followed live by the real daemon."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.daemon_harness import FIXTURE_SESSIONS, copy_fixture_sessions, running_daemon, wait_for
+from tests.sqlite_fixture import OpenClawWriter, create_database, import_jsonl_file, long_text, message_event
+
+
+def db_path(state: Path, agent: str = "main") -> Path:
+    path = state / "agents" / agent / "agent" / "openclaw-agent.sqlite"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def sqlite_points(points: list[dict], session: str) -> dict[str, str]:
+    return {p["payload"]["entry_id"]: p["payload"]["data"] for p in points if p["payload"]["session_id"] == session}
+
+
+@pytest.mark.parametrize("shape", ["v19", "v24"])
+def test_live_appends_zstd_rewrites_and_reset(tmp_path: Path, shape: str) -> None:
+    state, data = tmp_path / "state", tmp_path / "data"
+    path = db_path(state)
+    create_database(path, shape)  # type: ignore[arg-type]
+    with OpenClawWriter(path) as writer, running_daemon(state, data) as daemon:
+        sid = writer.create_session("agent:main:main")
+        writer.append(sid, message_event("Where did we park the kayak?", event_id="q1"),
+                      message_event("Behind the boathouse on pier three.", "assistant", event_id="a1"))
+        wait_for(lambda: sqlite_points(daemon.export("main"), sid).keys() == {"q1", "a1"}, what="live appends")
+        big = "Lighthouse log. " + long_text(3000)
+        writer.append(sid, message_event(big, "assistant", event_id="big"))
+        wait_for(lambda: "big" in sqlite_points(daemon.export("main"), sid), what="compressed row")
+        status = daemon.get("/status")["sqlite"]
+        assert status and status[0]["schema_version"] in (19, 24) and status[0]["sessions"] >= 1
+
+        # Suffix rewrite (rewind): the answer is replaced; the old one must go.
+        seq_a1 = 2
+        writer.rewrite_suffix(sid, seq_a1, [message_event("Actually it is at the north slip.", "assistant",
+                                                          event_id="a1b")])
+        wait_for(lambda: sqlite_points(daemon.export("main"), sid) == {
+            "q1": "Where did we park the kayak?", "a1b": "Actually it is at the north slip."}, what="suffix rewrite")
+        # Full replacement.
+        writer.replace_session(sid, [message_event("Summary: kayak at north slip.", "assistant", event_id="s1")])
+        wait_for(lambda: sqlite_points(daemon.export("main"), sid) == {"s1": "Summary: kayak at north slip."},
+                 what="full replacement")
+        # A reset opens a new window; the new session's entries arrive too.
+        _, new_sid = writer.reset("agent:main:main")
+        writer.append(new_sid, message_event("New topic: the ferry timetable.", event_id="n1"))
+        wait_for(lambda: "n1" in sqlite_points(daemon.export("main"), new_sid), what="after reset")
+        ids = [p["id"] for p in daemon.export()]
+        assert len(ids) == len(set(ids))
+
+
+@pytest.mark.skipif(not FIXTURE_SESSIONS.is_dir(), reason="../shared fixtures not present")
+def test_session_migrated_from_jsonl_is_stored_once(tmp_path: Path) -> None:
+    state, data = tmp_path / "state", tmp_path / "data"
+    sessions = copy_fixture_sessions(state)
+    with running_daemon(state, data) as daemon:
+        daemon.wait_idle()
+        before = sorted(p["id"] for p in daemon.export())
+        path = db_path(state)
+        create_database(path, "v24")
+        archive = state / "agents" / "main" / "session-sqlite-import-archive"
+        archive.mkdir()
+        with OpenClawWriter(path) as writer:
+            for live in sorted(sessions.glob("*.jsonl")):
+                import_jsonl_file(writer, live, session_key=f"agent:main:{live.stem}")
+                shutil.move(str(live), archive / live.name)  # what `openclaw doctor --fix` does
+        wait_for(lambda: (s := daemon.get("/status")["sqlite"]) and s[0]["lag_rows"] == 0, what="sqlite caught up")
+        daemon.wait_idle()
+        after = sorted(p["id"] for p in daemon.export())
+        assert after == before
+
+
+def test_corrupt_database_is_logged_and_retried(tmp_path: Path) -> None:
+    state, data = tmp_path / "state", tmp_path / "data"
+    path = db_path(state)
+    path.write_bytes(b"this is not a database" * 100)
+    with running_daemon(state, data) as daemon:
+        wait_for(lambda: [e for e in daemon.log_events() if e.get("event") == "sqlite_source_error"], what="error log")
+        path.unlink()
+        create_database(path, "v23")
+        with OpenClawWriter(path) as writer:
+            sid = writer.create_session("agent:main:main")
+            writer.append(sid, message_event("Recovered: the cellar key is under the mat.", event_id="k1"))
+        wait_for(lambda: "k1" in sqlite_points(daemon.export("main"), sid), timeout=120, what="after recovery")
+        assert daemon.proc is not None and daemon.proc.poll() is None
+        errors = [e for e in daemon.log_events() if e.get("event") == "sqlite_source_error"]
+        assert len(errors) == 1  # logged once, not once per retry

@@ -1,0 +1,442 @@
+"""`veritas-watch doctor`: check what the daemon needs, and say what to fix.
+
+Each check is independent and read-only (it never creates, migrates or repairs anything): the
+state dir, the data dir and its permissions, inotify limits, the embedding model, the store, the
+running daemon (or its HTTP port) and the installed systemd unit.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import socket
+import stat
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from veritas_watch.config import Config
+from veritas_watch.openclaw import classify_transcript, iter_agents
+
+Status = Literal["ok", "warn", "fail"]
+UNIT_NAME = "veritas-watch.service"
+MIN_FREE_BYTES = 1024**3
+# Where `systemctl` (system and --user) looks for a unit installed by an operator or a package.
+SYSTEM_UNIT_DIRS = (Path("/etc/systemd/system"), Path("/usr/local/lib/systemd/system"), Path("/usr/lib/systemd/system"),
+                    Path("/lib/systemd/system"))
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: Status
+    detail: str
+    fix: str = ""  # what to do about it; empty when there is nothing to do
+
+    def render(self) -> str:
+        label = {"ok": " ok ", "warn": "WARN", "fail": "FAIL"}[self.status]
+        text = f"[{label}] {self.name}: {self.detail}"
+        if self.fix:
+            text += f"\n       fix: {self.fix}"
+        return text
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def render_report(checks: Sequence[Check]) -> str:
+    counts = {s: sum(c.status == s for c in checks) for s in ("ok", "warn", "fail")}
+    lines = [c.render() for c in checks]
+    lines.append(f"{counts['ok']} ok, {counts['warn']} warning(s), {counts['fail']} failure(s)")
+    return "\n".join(lines)
+
+
+def exit_code(checks: Sequence[Check]) -> int:
+    return 1 if any(c.status == "fail" for c in checks) else 0
+
+
+def run_doctor(config: Config, *, unit_paths: Sequence[Path] | None = None, load_model: bool = True) -> list[Check]:
+    """All checks, in order. `unit_paths`: unit files to check instead of the installed ones (tests)."""
+    checks: list[Check] = [_config(config), *_state_dir(config), *_data_dir(config), _inotify(config)]
+    meta: tuple[str, int] | None = None
+    if load_model:
+        model_check, meta = _model(config)
+        checks.append(model_check)
+    daemon = _daemon_endpoint(config)
+    checks.append(_daemon(config, daemon))
+    checks.append(_store(config, daemon, meta))
+    checks.extend(_units(unit_paths if unit_paths is not None else list(installed_units())))
+    return checks
+
+
+# -- config, paths -------------------------------------------------------------------------------
+
+def _config(config: Config) -> Check:
+    source = config.source_file or "built-in defaults (no config file; $VERITAS_WATCH_CONFIG unset)"
+    return Check("config", "ok", f"{source}; log level {config.log.level}, "
+                 f"http {config.http.host}:{config.http.port}" + (" (token set)" if config.http.token else ""))
+
+
+def _state_dir(config: Config) -> Iterator[Check]:
+    state = config.state_dir
+    where = "set OPENCLAW_STATE_DIR (or paths.state_dir in the config) to the directory that holds agents/"
+    if not state.exists():
+        yield Check("state_dir", "fail", f"{state} does not exist",
+                    f"{where}; the daemon waits for it, but nothing will be stored until it exists")
+        return
+    if not state.is_dir():
+        yield Check("state_dir", "fail", f"{state} is not a directory", where)
+        return
+    if not os.access(state, os.R_OK | os.X_OK):
+        yield Check("state_dir", "fail", f"{state} is not readable by uid {os.geteuid()}",
+                    "run veritas-watch as the user that owns the OpenClaw state (User= in the unit)")
+        return
+    agents = list(iter_agents(state))
+    unreadable = [a.sessions for a in agents if a.sessions.is_dir() and not os.access(a.sessions, os.R_OK | os.X_OK)]
+    transcripts = 0
+    for agent in agents:
+        if agent.sessions.is_dir() and agent.sessions not in unreadable:
+            transcripts += sum(1 for p in agent.sessions.iterdir() if classify_transcript(p.name) is not None)
+    if unreadable:
+        yield Check("state_dir", "fail", f"{len(unreadable)} sessions dir(s) not readable: "
+                    + ", ".join(str(p) for p in unreadable[:3]),
+                    "run veritas-watch as the user that owns the OpenClaw state, or fix the modes (chmod u+rx)")
+    elif not agents:
+        yield Check("state_dir", "warn", f"{state}: no agents yet (no {state / 'agents'}/<id>/)",
+                    f"nothing to do if OpenClaw has not run yet; else {where}")
+    else:
+        yield Check("state_dir", "ok", f"{state}: {len(agents)} agent(s), {transcripts} transcript(s)")
+
+
+def _nearest_existing(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _data_dir(config: Config) -> Iterator[Check]:
+    data = config.data_dir
+    if not data.exists():
+        parent = _nearest_existing(data)
+        if os.access(parent, os.W_OK | os.X_OK):
+            yield Check("data_dir", "ok", f"{data} will be created on first start (mode 0700)")
+        else:
+            yield Check("data_dir", "fail", f"{data} does not exist and {parent} is not writable",
+                        "create it for the daemon's user (StateDirectory= does this under systemd), "
+                        "or set VERITAS_WATCH_DATA_DIR / paths.data_dir")
+        return
+    info = data.stat()
+    problems: list[tuple[Status, str, str]] = []
+    if not data.is_dir():
+        problems.append(("fail", f"{data} is not a directory", "point paths.data_dir at a directory"))
+    elif not os.access(data, os.R_OK | os.W_OK | os.X_OK):
+        problems.append(("fail", f"{data} is not writable by uid {os.geteuid()}",
+                         f"chown the dir to the daemon's user, or run as uid {info.st_uid}"))
+    if info.st_uid != os.geteuid():
+        problems.append(("warn", f"{data} is owned by uid {info.st_uid}, not by this user ({os.geteuid()})",
+                         "run doctor as the daemon's user (sudo -u <user> veritas-watch doctor)"))
+    if stat.S_IMODE(info.st_mode) & 0o077:
+        problems.append(("warn", f"{data} is mode {stat.S_IMODE(info.st_mode):04o}: others can read memory",
+                         f"chmod 700 {data}"))
+    key = data / "fingerprint.key"
+    if key.exists() and stat.S_IMODE(key.stat().st_mode) & 0o077:
+        problems.append(("fail", f"{key} is mode {stat.S_IMODE(key.stat().st_mode):04o}",
+                         f"chmod 600 {key} (it keys the credential fingerprints)"))
+    if data.is_dir():
+        free = shutil.disk_usage(data).free
+        if free < MIN_FREE_BYTES:
+            problems.append(("warn", f"only {free // 1024**2} MiB free on the data dir's filesystem",
+                             "free disk space: a full disk stops the store from acknowledging writes"))
+    if not problems:
+        yield Check("data_dir", "ok", f"{data}: writable, mode {stat.S_IMODE(info.st_mode):04o}, "
+                    f"{shutil.disk_usage(data).free // 1024**3} GiB free")
+    for status, detail, fix in problems:
+        yield Check("data_dir", status, detail, fix)
+
+
+# -- inotify -------------------------------------------------------------------------------------
+
+def _read_int(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def inotify_usage(uid: int, proc: Path = Path("/proc")) -> tuple[int, int]:
+    """(instances, watches) held by processes of `uid`, from /proc/<pid>/fd and fdinfo."""
+    instances = watches = 0
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if entry.stat().st_uid != uid:
+                continue
+            for fd in (entry / "fd").iterdir():
+                if os.readlink(fd) == "anon_inode:inotify":
+                    instances += 1
+                    fdinfo = (entry / "fdinfo" / fd.name).read_text()
+                    watches += sum(1 for line in fdinfo.splitlines() if line.startswith("inotify wd:"))
+        except OSError:  # processes come and go; others' fds are not ours to read
+            continue
+    return instances, watches
+
+
+def _count_dirs(root: Path) -> int:
+    count = 0
+    for _, dirnames, _ in os.walk(root):
+        count += len(dirnames)
+    return count + 1
+
+
+def _inotify(config: Config) -> Check:
+    if config.watch.force_polling:
+        return Check("inotify", "ok", "not used: watch.force_polling is set (changes are seen by polling)")
+    base = Path("/proc/sys/fs/inotify")
+    max_watches, max_instances = _read_int(base / "max_user_watches"), _read_int(base / "max_user_instances")
+    if max_watches is None or max_instances is None:
+        return Check("inotify", "warn", "no inotify limits in /proc/sys/fs/inotify (not Linux?)",
+                     "the daemon falls back to polling; set watch.force_polling = true to say so")
+    agents = config.state_dir / "agents"
+    needed = _count_dirs(agents) + 1 if agents.is_dir() else 2  # recursive watch: one per directory
+    instances, watches = inotify_usage(os.geteuid())
+    sysctl = ("sudo sysctl -w fs.inotify.{key}={value} and persist it: "
+              "echo fs.inotify.{key}={value} | sudo tee /etc/sysctl.d/60-veritas-watch.conf")
+    detail = (f"{needed} watch(es) needed; this user holds {watches}/{max_watches} watches, "
+              f"{instances}/{max_instances} instances")
+    if instances >= max_instances:
+        return Check("inotify", "fail", detail + ": no inotify instance left, the daemon would poll",
+                     sysctl.format(key="max_user_instances", value=max(512, max_instances * 2)))
+    if watches + needed > max_watches:
+        return Check("inotify", "fail", detail + ": not enough watches, the daemon would poll",
+                     sysctl.format(key="max_user_watches", value=max(524288, (watches + needed) * 2)))
+    if watches + needed > max_watches // 2:
+        return Check("inotify", "warn", detail + ": over half of the limit",
+                     sysctl.format(key="max_user_watches", value=max(524288, (watches + needed) * 2)))
+    return Check("inotify", "ok", detail)
+
+
+# -- model, daemon, store ------------------------------------------------------------------------
+
+def _model(config: Config) -> tuple[Check, tuple[str, int] | None]:
+    from veritas_watch.sinks.embed import EmbedderError, load_embedder
+
+    emb = config.embedding
+    started = time.perf_counter()
+    try:
+        embedder = load_embedder(emb.backend, model=emb.model or None,
+                                 path=Path(emb.path).expanduser() if emb.path else None,
+                                 cache_dir=config.data_dir / "models", threads=emb.threads or None)
+        vectors = embedder.embed_passages(["veritas-watch doctor probe"])
+    except EmbedderError as exc:
+        return Check("model", "fail", f"backend {emb.backend}: {exc}", str(exc)), None
+    except Exception as exc:  # a broken install raises anything (ImportError, ONNX runtime errors)
+        return Check("model", "fail", f"backend {emb.backend}: {type(exc).__name__}: {exc}",
+                     "reinstall the package into the daemon's venv (pip install --force-reinstall veritas-watch)"
+                     ), None
+    seconds = time.perf_counter() - started
+    row = [float(x) for x in vectors[0]]
+    norm = math.sqrt(sum(x * x for x in row))
+    if len(row) != embedder.dim or not math.isfinite(norm) or abs(norm - 1.0) > 1e-3:
+        return Check("model", "fail", f"{embedder.name} returned a bad vector (dim {len(row)}, norm {norm:.3f})",
+                     "reinstall the model package; if it persists, choose another embedding.backend"), None
+    return (Check("model", "ok", f"{embedder.name} (backend {emb.backend}), dim {embedder.dim}, "
+                  f"loaded and embedded in {seconds:.2f} s"), (embedder.name, embedder.dim))
+
+
+@dataclass
+class _Endpoint:
+    base: str
+    pid: int
+    health: dict[str, Any]
+
+
+def _daemon_endpoint(config: Config) -> _Endpoint | None:
+    try:
+        info = json.loads((config.data_dir / "daemon.json").read_text())
+        pid, base = int(info["pid"]), f"http://{info['host']}:{info['port']}"
+        with urllib.request.urlopen(base + "/health", timeout=3) as response:
+            return _Endpoint(base, pid, json.loads(response.read()))
+    except (OSError, ValueError, KeyError, TypeError, urllib.error.URLError):
+        return None
+
+
+def _daemon(config: Config, daemon: _Endpoint | None) -> Check:
+    if daemon is not None:
+        health = daemon.health
+        status: Status = "ok" if health.get("status") == "ok" else "warn"
+        return Check("daemon", status, f"running, pid {daemon.pid}, {daemon.base}: status {health.get('status')}, "
+                     f"watcher {health.get('watcher')}, backlog {health.get('backlog_bytes')} bytes",
+                     "" if status == "ok" else "see `veritas-watch status` and journalctl -u veritas-watch")
+    http = config.http
+    if not http.enabled:
+        return Check("daemon", "warn", "not reachable: http.enabled is false, so status/search/selftest cannot "
+                     "reach a running daemon", "set http.enabled = true")
+    try:
+        with socket.create_server((http.host, http.port)):
+            pass
+    except OSError as exc:
+        return Check("daemon", "fail", f"not running for {config.data_dir}, and {http.host}:{http.port} is taken "
+                     f"({exc.strerror})", "stop whatever holds the port, or set http.port (VERITAS_WATCH_HTTP_PORT)")
+    return Check("daemon", "warn", f"not running for data dir {config.data_dir}",
+                 "systemctl start veritas-watch (or systemctl --user start veritas-watch); if it runs under "
+                 "systemd, run doctor with the daemon's data dir: VERITAS_WATCH_DATA_DIR=/var/lib/veritas-watch")
+
+
+def _store(config: Config, daemon: _Endpoint | None, model: tuple[str, int] | None) -> Check:
+    if daemon is not None:
+        store = daemon.health.get("store")
+        if store == "ok":
+            return Check("store", "ok", f"{config.store.url or 'embedded Qdrant Edge'}: acknowledged by the daemon")
+        return Check("store", "fail", f"{config.store.url or 'embedded Qdrant Edge'}: the daemon reports it {store}",
+                     "the daemon retries on its own; check the server/disk (journalctl -u veritas-watch | "
+                     "grep store_retry)")
+    if config.store.url:
+        return _server_store(config)
+    return _edge_store(config, model)
+
+
+def _server_store(config: Config) -> Check:
+    from qdrant_client import QdrantClient
+
+    url, name = config.store.url, config.store.collection
+    try:
+        client = QdrantClient(url=url, api_key=config.store.api_key or None, timeout=int(config.store.timeout))
+        try:
+            if not client.collection_exists(name):
+                return Check("store", "ok", f"{url}: reachable; collection {name} will be created on first start")
+            points = client.count(name, exact=True).count
+        finally:
+            client.close()
+    except Exception as exc:
+        return Check("store", "fail", f"{url}: {type(exc).__name__}: {str(exc)[:200]}",
+                     "start the Qdrant server or fix store.url / store.api_key")
+    return Check("store", "ok", f"{url}: collection {name}, {points} point(s)")
+
+
+def _edge_store(config: Config, model: tuple[str, int] | None) -> Check:
+    from veritas_watch.sinks.store import StoreError, StoreMeta, meta_path
+
+    path = config.data_dir / "store"
+    if not path.exists():
+        return Check("store", "ok", f"embedded, {path}: will be created on first start")
+    try:
+        meta = StoreMeta.from_json(meta_path(path).read_text())
+    except FileNotFoundError:
+        return Check("store", "warn", f"embedded, {path}: no {meta_path(path).name} (interrupted first start?)",
+                     "start the daemon once; if it fails to open the store, move the dir aside")
+    except (OSError, ValueError, KeyError) as exc:
+        return Check("store", "fail", f"embedded, {path}: metadata unreadable ({exc})",
+                     f"restore {meta_path(path)} or move {path} aside and backfill")
+    # Opened as-is, never migrated: a doctor must not rewrite the store.
+    from veritas_watch.sinks.edge import EdgeStore
+
+    try:
+        store = EdgeStore(path, meta)
+        try:
+            points = store.count()
+        finally:
+            store.close()
+    except StoreError as exc:
+        return Check("store", "fail", f"embedded, {path}: {str(exc)[:300]}",
+                     "if another process holds it, stop that process (only the daemon should open it)")
+    detail = f"embedded, {path}: {points} point(s), schema {meta.schema}, {meta.embedder}"
+    if model is not None and (meta.embedder, meta.dim) != model:
+        return Check("store", "warn", detail + f"; the configured model is {model[0]}",
+                     "the next start re-embeds every point with the configured model (a migration); "
+                     "set embedding.* back to keep the stored vectors")
+    return Check("store", "ok", detail)
+
+
+# -- systemd unit --------------------------------------------------------------------------------
+
+def installed_units(environ: dict[str, str] | None = None) -> Iterator[Path]:
+    env = os.environ if environ is None else environ
+    for directory in SYSTEM_UNIT_DIRS:
+        if (directory / UNIT_NAME).is_file():
+            yield directory / UNIT_NAME
+            break  # the first one found is what systemd loads
+    config_home = Path(env.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    user_unit = config_home / "systemd" / "user" / UNIT_NAME
+    if user_unit.is_file():
+        yield user_unit
+
+
+def is_user_unit(path: Path) -> bool:
+    return "user" in path.parent.parts[-1:] or path.name.endswith(".user.service")
+
+
+def parse_unit(text: str) -> dict[str, list[str]]:
+    """`Key=value` lines of the [Service] section (plus [Unit]/[Install]) as key -> values."""
+    values: dict[str, list[str]] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith(("#", ";", "[")) or "=" not in line:
+            continue
+        key, _, value = line.partition("=")
+        values.setdefault(key.strip(), []).append(value.strip())
+    return values
+
+
+REQUIRED_DIRECTIVES: dict[str, Callable[[str], bool]] = {
+    "Type": lambda v: v == "notify",
+    "NotifyAccess": lambda v: v in ("main", "exec"),
+    "WatchdogSec": lambda v: bool(v) and v not in ("0", "infinity"),
+    "Restart": lambda v: v in ("on-failure", "always", "on-abnormal", "on-watchdog"),
+    "KillMode": lambda v: v == "mixed",
+}
+
+
+def verify_unit(path: Path, user: bool) -> list[str]:
+    """`systemd-analyze verify` findings (every stderr line is one); [] when clean or not available."""
+    tool = shutil.which("systemd-analyze")
+    if tool is None:
+        return []
+    env = dict(os.environ)
+    with tempfile.TemporaryDirectory() as runtime:
+        if user and not env.get("XDG_RUNTIME_DIR"):
+            env["XDG_RUNTIME_DIR"] = runtime  # a user manager needs one, even to verify offline
+        args = [tool, *(["--user"] if user else []), "verify", str(path)]
+        result = subprocess.run(args, capture_output=True, text=True, env=env, timeout=60, check=False)
+    findings = [line for line in result.stderr.splitlines() if line.strip()]
+    if result.returncode != 0 and not findings:
+        findings = [f"systemd-analyze verify exited with {result.returncode}"]
+    return findings
+
+
+def _units(paths: Sequence[Path]) -> list[Check]:
+    if not paths:
+        return [Check("unit", "warn", f"no {UNIT_NAME} installed (system or --user)",
+                      "fine when you run `veritas-watch run` by hand; to run it as a service see the README "
+                      "(Run as a system service / Run as a user service)")]
+    checks = []
+    for path in paths:
+        directives = parse_unit(path.read_text())
+        problems = [f"{key}={(directives.get(key) or ['<unset>'])[-1]}" for key, ok in REQUIRED_DIRECTIVES.items()
+                    if not ok((directives.get(key) or [""])[-1])]
+        exec_start = (directives.get("ExecStart") or [""])[-1].lstrip("-@:+!")
+        program = exec_start.split()[0] if exec_start.split() else ""
+        user = is_user_unit(path)
+        if program.startswith("%h/"):
+            program = str(Path.home() / program[3:])
+        if not program or not os.access(program, os.X_OK):
+            problems.append(f"ExecStart program {program or '<unset>'} is not an executable file")
+        findings = verify_unit(path, user)
+        if problems or findings:
+            checks.append(Check("unit", "fail", f"{path}: " + "; ".join(problems + findings),
+                                "edit the unit (see systemd/ in the source tree), then systemctl "
+                                f"{'--user ' if user else ''}daemon-reload && systemctl {'--user ' if user else ''}"
+                                "restart veritas-watch"))
+        else:
+            verified = "systemd-analyze verify clean" if shutil.which("systemd-analyze") else "not verified " \
+                "(no systemd-analyze)"
+            checks.append(Check("unit", "ok", f"{path}: Type=notify, watchdog, KillMode=mixed; {verified}"))
+    return checks
