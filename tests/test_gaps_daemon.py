@@ -99,3 +99,20 @@ def test_reset_while_down_found_at_startup_and_not_refired_after_restart(tmp_pat
     finally:
         daemon.stop()
     assert len(hook_calls(calls)) == 1
+
+
+def test_sqlite_reset_is_a_session_end(tmp_path: Path) -> None:
+    from tests.sqlite_fixture import OpenClawWriter, create_database, message_event
+
+    state, data, _, calls, env = setup(tmp_path)
+    path = state / "agents" / "ops" / "agent" / "openclaw-agent.sqlite"
+    path.parent.mkdir(parents=True)
+    create_database(path, "v24", agent_id="ops")
+    with OpenClawWriter(path) as writer, running_daemon(state, data, extra_env=env) as daemon:
+        sid = writer.create_session("agent:ops:main")
+        writer.append(sid, message_event("Rotate the backup disks on Friday", event_id="q1"))
+        daemon.wait_idle()
+        wait_for(lambda: daemon.get("/status")["sqlite"][0]["lag_rows"] == 0, what="caught up")
+        writer.reset("agent:ops:main")
+        (call,) = wait_for(lambda: hook_calls(calls), what="hook after sqlite reset")
+        assert call[:3] == ["ops", sid, f"{path}#{sid}"]
