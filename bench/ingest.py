@@ -20,8 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.daemon_harness import SHARED, DaemonProcess, header, message, wait_for  # noqa: E402
-from veritas_watch.sinks.embed import load_embedder  # noqa: E402
+from tests.daemon_harness import SHARED, DaemonProcess, header, message, wait_for
+from veritas_watch.sinks.embed import load_embedder
 
 
 def corpus(n: int) -> list[str]:
@@ -33,7 +33,8 @@ def corpus(n: int) -> list[str]:
             for key in sorted(k for k in conv if k.startswith("session_") and not k.endswith("date_time")):
                 texts.extend(turn["text"] for turn in conv[key] if turn.get("text"))
     while len(texts) < n:
-        texts.append(f"Generated note {len(texts)}: the agent moved the deploy window to Thursday at {len(texts) % 24}h.")
+        n_done = len(texts)
+        texts.append(f"Generated note {n_done}: the agent moved the deploy window to Thursday at {n_done % 24}h.")
     return texts[:n]
 
 
@@ -49,7 +50,7 @@ def write_sessions(sessions: Path, texts: list[str], per_file: int) -> None:
 
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def cpu_seconds(pid: int) -> float:

@@ -78,6 +78,19 @@ def transcript_messages() -> list[str]:
     return messages
 
 
+def adversarial_inputs(size: int = 200_000) -> dict[str, str]:
+    """Texts built to make regexes backtrack: repeated headers, cues and separators, no secrets."""
+    pieces = {
+        "PEM headers without END": "-----BEGIN OPENSSH PRIVATE KEY-----\n",
+        "assignments": 'a_key=b "token": "',
+        "password cues": "password: ",
+        "CJK cues": "的密钥是：",
+        "URL userinfo": "https://user:pass",
+        "JWT-like segments": "eyJabcdefgh.",
+    }
+    return {label: piece * (size // len(piece)) for label, piece in pieces.items()}
+
+
 def rate(fn: Callable[[str], object], texts: Sequence[str], repeat: int) -> tuple[float, float]:
     """Best of `repeat` passes: (messages per second, MB of text per second)."""
     best = float("inf")
@@ -129,11 +142,15 @@ def main() -> None:
             continue
         msgs, mbs = rate(lambda t: redact.redact(t, KEY), texts, args.repeat)
         rows.append((label, len(texts), msgs, mbs))
+    worst = min(
+        (rate(lambda t: redact.redact(t, KEY), [text], 1)[1], label) for label, text in adversarial_inputs().items()
+    )
     embed = None if args.embedder == "none" or not chat else embed_rate(args.embedder, chat[: args.embed_messages])
     print(f"{'input':34} {'messages':>8} {'msg/s':>10} {'MB/s':>7}" + ("  x embedder" if embed else ""))
     for label, n, msgs, mbs in rows:
         ratio = f"  {msgs / embed:9.0f}x" if embed else ""
         print(f"{label:34} {n:8d} {msgs:10.0f} {mbs:7.2f}{ratio}")
+    print(f"slowest adversarial 200 KB input ({worst[1]}): {worst[0]:.2f} MB/s")
     if embed:
         print(f"{'embedder ' + args.embedder + ' (1 thread, LoCoMo)':34} {args.embed_messages:8d} {embed:10.0f}")
 

@@ -197,6 +197,10 @@ class Study:
 
         self.turns, self.questions = load_locomo()
         self.by_position = {(t.conv, t.session, t.position): i for i, t in enumerate(self.turns)}
+        # filled by build_main_study: the questions' query vectors, and stored dense vectors by name
+        self.qdense: Array = np.zeros((0, 384), dtype=np.float32)
+        self.qsparse: Sequence[SparseLike] = []
+        self.dense_vectors: dict[str, Array] = {}
         config = qe.EdgeConfig(
             vectors={name: qe.EdgeVectorParams(size=384, distance=qe.Distance.Cosine) for name in dense},
             sparse_vectors={name: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf) for name in sparse_docs},
@@ -409,8 +413,8 @@ def build_main_study() -> tuple[Study, dict[str, list[list[tuple[int, float]]]]]
     lists = {name: study.sparse_ranked(name, qs) for name in docs}
     for name in dense:
         lists[name] = study.dense_ranked(name, qd)
-    study.qdense = qd  # type: ignore[attr-defined]
-    study.qsparse = qs  # type: ignore[attr-defined]
+    study.qdense = qd
+    study.qsparse = qs
     return study, lists
 
 
@@ -433,7 +437,7 @@ def cmd_fusion(args: argparse.Namespace) -> None:
     # server-side RRF through the Query API
     for k, weights in ((60, None), (10, None), (2, None), (60, [1.0, 2.0]), (10, [1.0, 3.0])):
         reqs = []
-        for q, qd, qs in zip(study.questions, study.qdense, study.qsparse, strict=True):  # type: ignore[attr-defined]
+        for q, qd, qs in zip(study.questions, study.qdense, study.qsparse, strict=True):
             pf = [
                 qe.Prefetch(limit=50, query=qe.Query.Nearest(qd.tolist(), using="dense")),
                 qe.Prefetch(
@@ -542,8 +546,8 @@ def chosen_pipeline(
         else:
             fused = search.fuse_hybrid(d, sp, q.text, cfg)
         if hit_floor is not None:
-            vecs = study.dense_vectors[dense]  # type: ignore[attr-defined]
-            qv = study.qdense[i]  # type: ignore[attr-defined]
+            vecs = study.dense_vectors[dense]
+            qv = study.qdense[i]
             fused = [(k, sc) for k, sc in fused if float(vecs[k] @ qv) >= hit_floor]
         if boost:
             fused = search.session_boost(
@@ -561,7 +565,7 @@ def chosen_pipeline(
 def server_rrf(study: Study, dense: str, k: int) -> list[list[int]]:
     """Edge's own fusion through the Query API (prefetch dense + prefetch sparse, Fusion.Rrf)."""
     reqs = []
-    for q, qd, qs in zip(study.questions, study.qdense, study.qsparse, strict=True):  # type: ignore[attr-defined]
+    for q, qd, qs in zip(study.questions, study.qdense, study.qsparse, strict=True):
         pf = [
             qe.Prefetch(limit=50, query=qe.Query.Nearest(qd.tolist(), using=dense)),
             qe.Prefetch(
@@ -583,7 +587,7 @@ def cmd_report(_: argparse.Namespace) -> None:
     t0 = time.perf_counter()
     study, lists = build_main_study()
     turns = study.turns
-    study.dense_vectors = {"dense_pairs": cached_embeddings("pairs", previous_turn_pairs(turns), False)}  # type: ignore[attr-defined]
+    study.dense_vectors = {"dense_pairs": cached_embeddings("pairs", previous_turn_pairs(turns), False)}
     edge_doc, edge_query = edge_bm25()
     edge_study = Study({"edge": [edge_doc(t.text) for t in turns]}, {})
     edge_lists = edge_study.sparse_ranked("edge", [edge_query(q.text) for q in study.questions])
@@ -900,9 +904,8 @@ def cmd_rrf_semantics(_: argparse.Namespace) -> None:
         print("| k | w | measured f(rank 1..6) | w/(k+rank) | 1/(k-1+rank/w) |\n|---|---|---|---|---|")
         for k in (2, 10, 60):
             for w in (0.5, 3.0):
-                request = qe.QueryRequest(
-                    limit=6, prefetches=[first, reverse], query=qe.Fusion.Rrf(k=k, weights=[w, 1.0])
-                )  # type: ignore[arg-type]
+                fusion = qe.Fusion.Rrf(k=k, weights=[w, 1.0])
+                request = qe.QueryRequest(limit=6, prefetches=[first, reverse], query=fusion)  # type: ignore[arg-type]
                 got = {int(p.id): p.score for p in shard.query(request)}
                 # the reverse list ranks id i at 6 - i (1-based), weight 1: subtract its 1/(k - 1 + rank)
                 f = [got[i] - 1.0 / (k - 1 + (6 - i)) for i in range(6)]

@@ -475,6 +475,8 @@ class Ledger:
         self.sessions = state_dir / "agents" / agent / "sessions"
         self.sessions.mkdir(parents=True, exist_ok=True)
         self.expected: dict[tuple[str, str], str] = {}
+        self.held: dict[tuple[str, str], str] = {}  # written (or to be written) but not expected yet
+        self.notes: dict[str, Any] = {}  # whatever a scenario needs to remember between its steps
         self._count = 0
 
     def path(self, session: str) -> Path:
@@ -492,9 +494,12 @@ class Ledger:
         if text is None:
             words = " ".join(WORDS[(n * 7 + i) % len(WORDS)] for i in range(3 + n % 4))
             text = f"{self.agent} note {n} in {session}: {words}" + (" filler" * pad)
-        if expect:
-            self.expected[(session, entry_id)] = text
+        (self.expected if expect else self.held)[(session, entry_id)] = text
         return message(entry_id, role, text)
+
+    def release(self, session: str, entry_id: str) -> None:
+        """A held entry is now written whole (or visible): expect it."""
+        self.expected[(session, entry_id)] = self.held.pop((session, entry_id))
 
     def ids(self) -> set[str]:
         return {expected_id(self.agent, s, e) for s, e in self.expected}

@@ -30,7 +30,8 @@ def test_state_dir_resolution_follows_openclaw(tmp_path: Path) -> None:
     assert resolve_state_dir({"OPENCLAW_HOME": str(tmp_path)}) == tmp_path / ".openclaw"
     (tmp_path / ".clawdbot").mkdir()
     assert resolve_state_dir({"OPENCLAW_HOME": str(tmp_path)}) == tmp_path / ".clawdbot"
-    assert resolve_state_dir({"OPENCLAW_HOME": str(tmp_path), "OPENCLAW_PROFILE": "work"}) == tmp_path / ".openclaw-work"
+    profiled = resolve_state_dir({"OPENCLAW_HOME": str(tmp_path), "OPENCLAW_PROFILE": "work"})
+    assert profiled == tmp_path / ".openclaw-work"
 
 
 def test_workspace_resolution(tmp_path: Path) -> None:

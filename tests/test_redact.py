@@ -53,6 +53,8 @@ def test_rule_table_is_large_and_well_named() -> None:
     assert len([r for r in RULES if r.kind == "provider"]) >= 40
     # markers carry the rule name: it must not itself look like a secret
     assert not detect(" ".join(f"[REDACTED:{n}:0123abcd]" for n in names))
+    # the prefilter compares keywords with the lowercased text
+    assert all(k == k.lower() for r in RULES for k in r.keywords)
 
 
 def test_every_format_rule_has_corpus_samples() -> None:
@@ -85,6 +87,13 @@ def test_format_rule_false_samples(kind: SecretKind) -> None:
 # Generic chat forms: (text, the secret that must be found, its rule, key name, service)
 
 GENERIC_TRUE: list[tuple[str, str, str, str | None, str | None]] = [
+    (
+        "mailgun private key 3f9a1c2e8b7d6a5f4e3d2c1b0a9f8e7d-1a2b3c4d-5e6f7a8b done",
+        "3f9a1c2e8b7d6a5f4e3d2c1b0a9f8e7d-1a2b3c4d-5e6f7a8b",
+        "mailgun_api_key",
+        None,
+        "Mailgun",
+    ),
     (
         "export TOKENMALL_API_KEY=tm8f7a9c2b4d6e1f3a5b7c9d0e",
         "tm8f7a9c2b4d6e1f3a5b7c9d0e",
@@ -151,6 +160,15 @@ GENERIC_TRUE: list[tuple[str, str, str, str | None, str | None]] = [
         None,
         "Alibaba DashScope",
     ),
+    (
+        "my deploy key (the rest got cut off):\n-----BEGIN OPENSSH PRIVATE KEY-----\n"
+        "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW\nQyNTUxOQAAACB",
+        "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW\n"
+        "QyNTUxOQAAACB",
+        "openssh_private_key",
+        None,
+        "SSH",
+    ),
 ]
 
 GENERIC_FALSE = [
@@ -182,6 +200,8 @@ GENERIC_FALSE = [
     "the commit 3f9a1c2e8b7d6a5f4e3d2c1b0a9f8e7d6c5b4a39 fixed it",
     "session 06826999-c084-45d8-9da5-236646ccc145 started",
     "-----BEGIN PRIVATE KEY-----\n...\n-----END PRIVATE KEY-----",
+    "-----BEGIN RSA PRIVATE KEY----- is the first line of a PEM file, then base64 lines follow",
+    "-----BEGIN PRIVATE KEY-----\n-----BEGIN PRIVATE KEY-----\n-----BEGIN PRIVATE KEY-----",
 ]
 
 
@@ -318,6 +338,16 @@ def test_recall_on_generated_corpus(corpus: list[CorpusMessage]) -> None:
     recall = 1 - len(misses) / total
     print(f"recall {recall:.4f} over {total} planted secrets in {len(corpus)} messages")
     assert recall >= 0.98
+
+
+def test_keyword_prefilter_never_hides_a_match(corpus: list[CorpusMessage]) -> None:
+    texts = [m.text for m in corpus] + [t for t, *_ in GENERIC_TRUE]
+    for rule in RULES:
+        if not rule.keywords:
+            continue
+        for text in texts:
+            if any(rule.extract(rule, m, text) for m in rule.pattern.finditer(text)):
+                assert any(k in text.lower() for k in rule.keywords), (rule.name, text[:120])
 
 
 def test_corpus_redaction_leaks_nothing_and_is_idempotent(corpus: list[CorpusMessage]) -> None:

@@ -93,15 +93,15 @@ def cmd_run(config: Config, once: bool) -> int:
 
 def _open_offline(config: Config) -> tuple[Any, Any]:
     """Open the store and the model directly (no daemon holds them)."""
+    from veritas_watch.pipeline import store_meta
     from veritas_watch.sinks.embed import load_embedder
     from veritas_watch.sinks.factory import open_store
-    from veritas_watch.sinks.store import SCHEMA_VERSION, StoreMeta
 
     emb = config.embedding
     embedder = load_embedder(emb.backend, model=emb.model or None,
                              path=Path(emb.path).expanduser() if emb.path else None,
                              cache_dir=config.data_dir / "models", threads=emb.threads or None)
-    meta = StoreMeta(SCHEMA_VERSION, embedder.name, embedder.dim)
+    meta = store_meta(embedder)
 
     def no_migration(rows: Any) -> Any:
         raise RuntimeError("the store needs a migration: start the daemon once to migrate it")

@@ -25,10 +25,10 @@ from veritas_watch.features.gap_service import GapService
 from veritas_watch.metrics import DaemonMetrics
 from veritas_watch.model import RawRecord, SessionState, SourceRef
 from veritas_watch.openclaw import AgentDirs, iter_agents
-from veritas_watch.pipeline import CommitBatch, Sink, Transformed, Work, make_points, transform_records
+from veritas_watch.pipeline import CommitBatch, Sink, Transformed, Work, make_points, store_meta, transform_records
 from veritas_watch.sinks.embed import Embedder, load_embedder
 from veritas_watch.sinks.factory import open_store
-from veritas_watch.sinks.store import SCHEMA_VERSION, Store, StoredPoint, StoreError, StoreMeta
+from veritas_watch.sinks.store import Store, StoredPoint, StoreError
 from veritas_watch.sources.cursors import CursorStore, FileCursor
 from veritas_watch.sources.jsonl import JsonlTailer, ReadUnit, TrackedFile
 from veritas_watch.sources.sqlite import SqlitePoll
@@ -76,10 +76,11 @@ def open_runtime(config: Config, commit: CommitBatch, wrap_store: StoreWrapper |
         emb.backend, model=emb.model or None, path=Path(emb.path).expanduser() if emb.path else None,
         cache_dir=data_dir / "models", threads=emb.threads or None,
     )
-    meta = StoreMeta(SCHEMA_VERSION, embedder.name, embedder.dim)
+    meta = store_meta(embedder)
 
     def reembed(rows: Sequence[tuple[str, dict[str, object]]]) -> list[StoredPoint]:
-        return make_points(embedder, [(pid, str(payload.get("data") or ""), payload) for pid, payload in rows])
+        # Migration re-embeds the stored text alone: the previous turn is not kept in the payload.
+        return make_points(embedder, [(pid, str(p.get("data") or ""), str(p.get("data") or ""), p) for pid, p in rows])
 
     store = open_store(config.store.url, config.store.api_key, config.store.collection, config.store.timeout,
                        data_dir, meta, reembed)
@@ -314,10 +315,10 @@ class Daemon:
             return None
         cursor = unit.cursor_after  # also the tailer's read-ahead state: the session facts carry on
         state = SessionState(cursor.session_id, cursor.session_kind, cursor.last_entry_ts,
-                             "background" if cursor.turn == "background" else "conversation")
+                             "background" if cursor.turn == "background" else "conversation", cursor.previous_text)
         out = self._transform(unit.records, state, _session_from_path(cursor.path))
-        cursor.session_id, cursor.session_kind, cursor.last_entry_ts, cursor.turn = (
-            state.session_id, state.session_kind, state.last_entry_ts, state.turn)
+        cursor.session_id, cursor.session_kind, cursor.last_entry_ts, cursor.turn, cursor.previous_text = (
+            state.session_id, state.session_kind, state.last_entry_ts, state.turn, state.previous_text)
         self._log_transformed(unit.too_long, out, cursor.path)
         return Work(out.chunks, unit, unit.at_eof)
 

@@ -114,6 +114,13 @@ class Chunk:
     entry: Entry
     index: int
     text: str
+    # The session's previous turn, prepended for the dense vector only (not stored, not in `data`):
+    # an answer is found by its question. Measured on LoCoMo: R@10 .547 -> .617 dense-only.
+    context: str = ""
+
+    @property
+    def embed_text(self) -> str:
+        return f"{self.context}\n{self.text}" if self.context else self.text
 
     @property
     def point_id(self) -> str:
@@ -159,6 +166,7 @@ class SessionState:
     session_kind: str = "unknown"  # unknown | conversation | cron
     last_entry_ts: str | None = None
     turn: Literal["conversation", "background"] = "conversation"  # denoise.TurnKind
+    previous_text: str | None = None  # the last stored turn (redacted, clipped): context for the next one
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,7 @@ a cursor moves only after the store acknowledged every point read before it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import time
 from collections import Counter
@@ -19,7 +20,7 @@ import structlog
 
 from veritas_watch.model import Chunk, Entry, ParseError, RawRecord, SecretFinding, SessionState, Skip, SourceRef
 from veritas_watch.sinks.embed import Embedder
-from veritas_watch.sinks.store import SearchQuery, SparseVector, Store, StoredPoint
+from veritas_watch.sinks.store import SearchQuery, SparseVector, Store, StoredPoint, StoreMeta, store_meta_for
 from veritas_watch.transforms.chunk import chunk_entry
 from veritas_watch.transforms.denoise import (
     clean_message,
@@ -30,10 +31,12 @@ from veritas_watch.transforms.denoise import (
 )
 from veritas_watch.transforms.parse import parse_line
 from veritas_watch.transforms.redact import redact
-from veritas_watch.transforms.tokenize import sparse_document, sparse_query
+from veritas_watch.transforms.tokenize import SPARSE_SCHEME, sparse_document, sparse_query
 
 log = structlog.get_logger()
 T = TypeVar("T")
+CONTEXT_CHARS = 400  # how much of the previous turn goes into the next turn's dense vector
+DENSE_SCHEME = "prev-turn-v1"  # what the dense vector is made of; a change re-embeds (store migration)
 
 
 @dataclass
@@ -90,7 +93,11 @@ def transform_records(records: Sequence[RawRecord], state: SessionState, *, fall
         entry = Entry(record.agent_id, session_id, entry_id, role, redacted.text, line.timestamp, record.source)
         if entry.timestamp and (state.last_entry_ts is None or entry.timestamp > state.last_entry_ts):
             state.last_entry_ts = entry.timestamp
-        out.chunks.extend(chunk_entry(entry, chunk_chars, chunk_overlap))
+        chunks = list(chunk_entry(entry, chunk_chars, chunk_overlap))
+        if chunks and state.previous_text:
+            chunks[0] = dataclasses.replace(chunks[0], context=state.previous_text)
+        state.previous_text = entry.text[-CONTEXT_CHARS:]
+        out.chunks.extend(chunks)
     return out
 
 
@@ -108,14 +115,19 @@ class Work:
 CommitBatch = Callable[[Sequence[Work]], None]
 
 
-def make_points(embedder: Embedder, items: Sequence[tuple[str, str, dict[str, object]]]) -> list[StoredPoint]:
-    """(id, text, payload) -> points with the dense and the sparse vector of `text`."""
-    dense = embedder.embed_passages([text for _, text, _ in items])
+def make_points(embedder: Embedder, items: Sequence[tuple[str, str, str, dict[str, object]]]) -> list[StoredPoint]:
+    """(id, dense text, text, payload) -> points: the dense vector of the first, the sparse one of `text`."""
+    dense = embedder.embed_passages([dense_text for _, dense_text, _, _ in items])
     points = []
-    for (point_id, text, payload), vector in zip(items, dense, strict=True):
+    for (point_id, _, text, payload), vector in zip(items, dense, strict=True):
         sparse = sparse_document(text)
         points.append(StoredPoint(point_id, vector.tolist(), SparseVector(sparse.indices, sparse.values), payload))
     return points
+
+
+def store_meta(embedder: Embedder) -> StoreMeta:
+    """What the stored vectors are made of: any change here migrates the store."""
+    return store_meta_for(embedder.name, embedder.dim, SPARSE_SCHEME, DENSE_SCHEME)
 
 
 @dataclass
@@ -260,7 +272,7 @@ class Sink:
         return [c for pid, c in unique.items() if existing.get(pid) != c.payload()]
 
     def to_points(self, chunks: Sequence[Chunk]) -> list[StoredPoint]:
-        return make_points(self.embedder, [(c.point_id, c.text, c.payload()) for c in chunks])
+        return make_points(self.embedder, [(c.point_id, c.embed_text, c.text, c.payload()) for c in chunks])
 
     def query_vectors(self, text: str) -> tuple[list[float], SparseVector]:
         sparse = sparse_query(text)

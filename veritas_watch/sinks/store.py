@@ -67,6 +67,10 @@ class SearchQuery:
     positions: tuple[int, ...] = ()
 
 
+def store_meta_for(embedder_name: str, dim: int, sparse_scheme: str, dense_scheme: str) -> StoreMeta:
+    return StoreMeta(SCHEMA_VERSION, embedder_name, dim, {"sparse": sparse_scheme, "dense": dense_scheme})
+
+
 @dataclass(frozen=True)
 class StoreMeta:
     """What the stored vectors were made with; a mismatch means migrate."""

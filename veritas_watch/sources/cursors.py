@@ -49,6 +49,7 @@ class FileCursor:
     session_kind: str = "unknown"  # unknown | conversation | cron
     last_entry_ts: str | None = None  # newest conversational entry (session end for gap detection)
     turn: str = "conversation"  # the denoiser's turn kind: a heartbeat turn's reply is not memory
+    previous_text: str | None = None  # the last stored turn: dense-vector context for the next one
     ended: bool = False  # renamed to .reset/.deleted and drained
     tail_len: int = TAIL_BYTES  # bytes covered by tail_hash (the last line before `offset`)
 

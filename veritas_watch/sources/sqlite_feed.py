@@ -105,11 +105,17 @@ class SqliteFeed:
 
     def session_state(self, db: str, batch: SessionBatch) -> SessionState:
         facts = {} if batch.rewalk else self.states.get(db, {}).get(batch.session_id, {})
+
+        def text(key: str) -> str | None:
+            value = facts.get(key)
+            return value if isinstance(value, str) else None
+
         return SessionState(
             session_id=batch.point_session_id,
-            session_kind=str(facts.get("session_kind", "unknown")),
-            last_entry_ts=facts.get("last_entry_ts") if isinstance(facts.get("last_entry_ts"), str) else None,  # type: ignore[arg-type]
+            session_kind=text("session_kind") or "unknown",
+            last_entry_ts=text("last_entry_ts"),
             turn="background" if facts.get("turn") == "background" else "conversation",
+            previous_text=text("previous_text"),
         )
 
     def unit_for(self, db: str, batch: SessionBatch, state: SessionState) -> SqliteUnit:
@@ -118,6 +124,7 @@ class SqliteFeed:
         previous = self.states.get(db, {}).get(batch.session_id, {})
         new_state: dict[str, object] = {**batch.cursor.to_dict(), "session_kind": state.session_kind,
                                         "turn": state.turn, "last_entry_ts": state.last_entry_ts,
+                                        "previous_text": state.previous_text,
                                         "point_session_id": batch.point_session_id,
                                         "ended_reported": bool(previous.get("ended_reported")) and not batch.rewalk}
         return SqliteUnit(db, batch.session_id, new_state)

@@ -130,7 +130,11 @@ class ChangeWatcher:
             logger = logging.getLogger(name)
             logger.addHandler(self._bridge)
             logger.propagate = False  # our structured line replaces watchdog's plain-text one
-        self._observer = self._new_observer()
+        try:
+            self._observer = self._new_observer()
+        except OSError as exc:  # watchdog >= 7 creates the inotify instance here (EMFILE at the limit)
+            self._fall_back(f"{type(exc).__name__}: {exc}")
+            return
         self._observer.start()
         self.refresh()
 
@@ -174,7 +178,8 @@ class ChangeWatcher:
         """Add watches for directories that appeared since the last call; fall back to polling on failure."""
         if self._observer is None:
             return
-        wanted = [(self.state_dir / "agents", True), (self.state_dir, False)]
+        # The state dir first: its one watch must not be the one a nearly exhausted limit refuses.
+        wanted = [(self.state_dir, False), (self.state_dir / "agents", True)]
         for path, recursive in wanted:
             if path in self._watched or not path.is_dir():
                 continue
@@ -245,7 +250,11 @@ class ChangeWatcher:
             log.warning("watcher_restarted", mode=self.mode)
             self._watched.clear()
             self._covered.clear()
-            self._observer = self._new_observer()
+            try:
+                self._observer = self._new_observer()
+            except OSError as exc:
+                self._fall_back(f"{type(exc).__name__}: {exc}")
+                return
             self._observer.start()
             self.refresh()
             self._hint.set()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import hashlib
 import hmac
 import math
@@ -167,182 +168,25 @@ _PATH_RE = re.compile(r"(?:~|\.{1,2})?/[\w.@~-]+(?:/[\w.@~-]*)*|[A-Za-z]:\\.*|[\
 
 # Values that are names for a secret rather than one (`token: "secret"`, `password=changeme`).
 _PLACEHOLDER_WORDS = frozenset(
-    [
-        "password",
-        "passwd",
-        "passphrase",
-        "pass",
-        "pwd",
-        "secret",
-        "secrets",
-        "token",
-        "tokens",
-        "key",
-        "keys",
-        "apikey",
-        "api_key",
-        "api-key",
-        "changeme",
-        "change_me",
-        "change-me",
-        "none",
-        "null",
-        "nil",
-        "undefined",
-        "true",
-        "false",
-        "yes",
-        "no",
-        "on",
-        "off",
-        "empty",
-        "required",
-        "optional",
-        "todo",
-        "tbd",
-        "fixme",
-        "n/a",
-        "na",
-        "test",
-        "testing",
-        "example",
-        "examples",
-        "sample",
-        "samples",
-        "dummy",
-        "placeholder",
-        "redacted",
-        "hidden",
-        "masked",
-        "default",
-        "defaults",
-        "string",
-        "str",
-        "int",
-        "number",
-        "bool",
-        "boolean",
-        "object",
-        "any",
-        "value",
-        "values",
-        "here",
-        "there",
-        "this",
-        "that",
-        "xxx",
-        "xxxx",
-        "yyy",
-        "zzz",
-        "abc",
-        "abcdef",
-        "abcdefg",
-        "abc123",
-        "123456",
-        "foo",
-        "bar",
-        "baz",
-        "qux",
-        "secret123",
-        "password123",
-        "password1",
-        "mypassword",
-        "mysecret",
-        "mytoken",
-        "yourpassword",
-        "yoursecret",
-        "yourtoken",
-        "incorrect",
-        "correct",
-        "invalid",
-        "valid",
-        "wrong",
-        "right",
-        "missing",
-        "unknown",
-        "unset",
-        "notset",
-        "not-set",
-        "disabled",
-        "enabled",
-        "bearer",
-        "basic",
-        "oauth",
-        "oauth2",
-        "jwt",
-        "hmac",
-        "sha256",
-        "rsa",
-        "aes",
-        "base64",
-        "hex",
-        "utf8",
-        "utf-8",
-        "ascii",
-        "env",
-        "environment",
-        "config",
-        "configured",
-        "provided",
-        "supplied",
-        "generated",
-        "random",
-        "stored",
-        "saved",
-        "encrypted",
-    ]
+    """
+    password passwd passphrase pass pwd secret secrets token tokens key keys apikey api_key api-key
+    changeme change_me change-me none null nil undefined true false yes no on off empty required
+    optional todo tbd fixme n/a na test testing example examples sample samples dummy placeholder
+    redacted hidden masked default defaults string str int number bool boolean object any value
+    values here there this that xxx xxxx yyy zzz abc abcdef abcdefg abc123 123456 foo bar baz qux
+    secret123 password123 password1 mypassword mysecret mytoken yourpassword yoursecret yourtoken
+    incorrect correct invalid valid wrong right missing unknown unset notset not-set disabled
+    enabled bearer basic oauth oauth2 jwt hmac sha256 rsa aes base64 hex utf8 utf-8 ascii env
+    environment config configured provided supplied generated random stored saved encrypted
+    """.split()  # noqa: SIM905 - a word list reads better as text
 )
 # Words that mark a code value as a fake (`"test-password"`, `"hook-token"`, `"dummy_key"`).
 _FAKE_PARTS = frozenset(
-    [
-        "test",
-        "tests",
-        "testing",
-        "example",
-        "sample",
-        "dummy",
-        "fake",
-        "mock",
-        "stub",
-        "placeholder",
-        "secret",
-        "password",
-        "passwd",
-        "pass",
-        "token",
-        "key",
-        "api",
-        "hook",
-        "demo",
-        "your",
-        "my",
-        "changeme",
-        "default",
-        "invalid",
-        "wrong",
-        "bad",
-        "good",
-        "new",
-        "old",
-        "valid",
-        "expired",
-        "revoked",
-        "missing",
-        "placeholder",
-        "fixture",
-        "local",
-        "dev",
-        "temp",
-        "tmp",
-        "value",
-        "foo",
-        "bar",
-        "baz",
-        "qux",
-        "xxx",
-        "sk",
-        "pk",
-    ]
+    """
+    test tests testing example sample dummy fake mock stub placeholder secret password passwd pass
+    token key api hook demo your my changeme default invalid wrong bad good new old valid expired
+    revoked missing placeholder fixture local dev temp tmp value foo bar baz qux xxx sk pk
+    """.split()  # noqa: SIM905 - a word list reads better as text
 )
 
 
@@ -562,281 +406,41 @@ _SERVICES: dict[str, str] = {
     "wi-fi": "Wi-Fi",
 }
 _NOT_SERVICES = frozenset(
-    [
-        "the",
-        "my",
-        "our",
-        "your",
-        "his",
-        "her",
-        "their",
-        "its",
-        "a",
-        "an",
-        "this",
-        "that",
-        "these",
-        "those",
-        "here",
-        "there",
-        "is",
-        "was",
-        "new",
-        "old",
-        "my",
-        "own",
-        "api",
-        "app",
-        "access",
-        "secret",
-        "private",
-        "public",
-        "personal",
-        "auth",
-        "bearer",
-        "client",
-        "bot",
-        "user",
-        "admin",
-        "root",
-        "default",
-        "test",
-        "prod",
-        "production",
-        "dev",
-        "staging",
-        "local",
-        "main",
-        "primary",
-        "backup",
-        "real",
-        "actual",
-        "same",
-        "other",
-        "full",
-        "generated",
-        "current",
-        "previous",
-        "next",
-        "following",
-        "above",
-        "below",
-        "one",
-        "two",
-        "key",
-        "token",
-        "password",
-        "and",
-        "or",
-        "for",
-        "of",
-        "to",
-        "with",
-        "from",
-        "in",
-        "on",
-        "at",
-        "by",
-        "it",
-        "me",
-        "you",
-        "we",
-        "they",
-        "please",
-        "use",
-        "using",
-        "set",
-        "get",
-        "export",
-    ]
+    """
+    the my our your his her their its a an this that these those here there is was new old my own
+    api app access secret private public personal auth bearer client bot user admin root default
+    test prod production dev staging local main primary backup real actual same other full generated
+    current previous next following above below one two key token password and or for of to with
+    from in on at by it me you we they please use using set get export login username email account
+    """.split()  # noqa: SIM905 - a word list reads better as text
 ) | frozenset(["的", "我的", "你的", "他的", "这个", "那个", "新的", "旧的", "一个", "这是", "以下", "下面"])
 
 _NAME_SPLIT_RE = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 _SECRET_SEGMENTS = frozenset(
-    [
-        "key",
-        "apikey",
-        "token",
-        "secret",
-        "password",
-        "passwd",
-        "pwd",
-        "passphrase",
-        "pass",
-        "credential",
-        "credentials",
-        "cred",
-        "creds",
-        "auth",
-        "privatekey",
-        "accesskey",
-        "secretkey",
-    ]
+    """
+    key apikey token secret password passwd pwd passphrase pass credential credentials cred creds
+    auth privatekey accesskey secretkey
+    """.split()  # noqa: SIM905 - a word list reads better as text
 )
 _SECRET_SUFFIXES = ("token", "secret", "password", "passwd", "apikey", "accesskey", "secretkey", "privatekey")
 _NON_SECRET_LAST = frozenset(
-    [
-        "path",
-        "file",
-        "files",
-        "dir",
-        "dirs",
-        "url",
-        "uri",
-        "urls",
-        "endpoint",
-        "host",
-        "hostname",
-        "port",
-        "mode",
-        "type",
-        "types",
-        "name",
-        "names",
-        "enabled",
-        "enable",
-        "disabled",
-        "env",
-        "header",
-        "headers",
-        "prefix",
-        "suffix",
-        "length",
-        "len",
-        "ttl",
-        "expiry",
-        "expires",
-        "expiration",
-        "expire",
-        "timeout",
-        "count",
-        "limit",
-        "limits",
-        "max",
-        "min",
-        "id",
-        "ids",
-        "format",
-        "method",
-        "algorithm",
-        "alg",
-        "provider",
-        "providers",
-        "source",
-        "region",
-        "version",
-        "size",
-        "hint",
-        "label",
-        "field",
-        "fields",
-        "kind",
-        "policy",
-        "scope",
-        "scopes",
-        "usage",
-        "budget",
-        "cost",
-        "rate",
-        "window",
-        "index",
-        "ref",
-        "refs",
-        "var",
-        "variable",
-        "location",
-        "store",
-        "storage",
-        "backend",
-        "helper",
-        "command",
-        "cmd",
-        "schema",
-        "regex",
-        "pattern",
-        "list",
-        "map",
-        "set",
-        "required",
-        "optional",
-        "flag",
-        "flags",
-        "check",
-        "checks",
-        "status",
-        "state",
-        "valid",
-        "rotation",
-        "rotated",
-        "hash",
-        "hashed",
-        "salt",
-        "rounds",
-        "iterations",
-        "strength",
-        "mask",
-        "masked",
-        "template",
-    ]
+    """
+    path file files dir dirs url uri urls endpoint host hostname port mode type types name names
+    enabled enable disabled env header headers prefix suffix length len ttl expiry expires
+    expiration expire timeout count limit limits max min id ids format method algorithm alg provider
+    providers source region version size hint label field fields kind policy scope scopes usage
+    budget cost rate window index ref refs var variable location store storage backend helper
+    command cmd schema regex pattern list map set required optional flag flags check checks status
+    state valid rotation rotated hash hashed salt rounds iterations strength mask masked template
+    """.split()  # noqa: SIM905 - a word list reads better as text
 )
 _KEY_ONLY_QUALIFIERS = frozenset(
-    [
-        "public",
-        "session",
-        "cache",
-        "idempotency",
-        "primary",
-        "foreign",
-        "partition",
-        "sort",
-        "dedupe",
-        "dedup",
-        "object",
-        "map",
-        "dict",
-        "lookup",
-        "row",
-        "group",
-        "message",
-        "event",
-        "index",
-        "unique",
-        "composite",
-        "routing",
-        "shard",
-        "cursor",
-        "record",
-        "entry",
-        "state",
-        "config",
-        "hot",
-        "short",
-        "sub",
-        "react",
-        "item",
-        "list",
-        "node",
-        "component",
-        "table",
-        "column",
-        "field",
-        "storage",
-        "bucket",
-        "s3",
-        "gpg",
-        "pgp",
-        "ssh",
-        "host",
-        "signing",
-        "verify",
-        "verification",
-        "encryption",
-        "kms",
-        "license",
-        "registry",
-        "sessions",
-        "channel",
-    ]
+    """
+    public session cache idempotency primary foreign partition sort dedupe dedup object map dict
+    lookup row group message event index unique composite routing shard cursor record entry state
+    config hot short sub react item list node component table column field storage bucket s3 gpg pgp
+    ssh host signing verify verification encryption kms license registry sessions channel
+    """.split()  # noqa: SIM905 - a word list reads better as text
 )
 
 
@@ -870,8 +474,8 @@ def _secret_word(name: str) -> str:
     for seg in reversed(segments):
         if seg.startswith(("pass", "pwd")) or seg.endswith(("password", "passwd")):
             return "password"
-    if segments == ["key"] or (len(segments) >= 1 and segments[-1] == "key" and len(segments) == 1):
-        return "key"
+    if segments == ["key"]:
+        return "key"  # a bare `key:` (YAML, JSON) is as often a lookup key as a credential
     return "token"
 
 
@@ -918,10 +522,8 @@ def _service_before(text: str, start: int, *, window: int = 48) -> str | None:
             before = _CJK_SERVICE_SUFFIX_RE.sub("", before[: m.start()].rstrip()).rstrip()
             continue
         if "\u4e00" <= word[0] <= "\u9fff":
-            for cjk, svc in _SERVICES.items():
-                if cjk in word:
-                    return svc
-            return word
+            # a CJK run has no word breaks: only a known name inside it is a service
+            return next((svc for cjk, svc in _SERVICES.items() if not cjk.isascii() and cjk in word), None)
         if any(c.isupper() for c in word) or any(c.isdigit() for c in word):
             return word
         return None
@@ -1031,7 +633,7 @@ def _extract_assignment(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
         start, end = _trim(text, start, end)
     value = text[start:end]
     last = re.split(r"[.:]", name)[-1]
-    env_style = last.isupper() or (last.upper() == last and any(c.isalpha() for c in last))
+    env_style = last.isupper()  # DEEPSEEK_API_KEY: a deliberate variable, trusted more than code names
     word = _secret_word(name)
     strength: Strength
     if word == "password":
@@ -1232,7 +834,14 @@ def _g(name: str, regex: str, keywords: tuple[str, ...], extract: Extractor, kin
     )
 
 
-_PEM_BODY = r"[A-Za-z0-9+/=\s\\:,\-]"
+def _pem_block(label: str, limit: int = 20000) -> str:
+    """A PEM block: BEGIN, a body that crosses no other `-----`, END; or, pasted without its END,
+    BEGIN and base64 lines (literal `\\n` too, as in JSON). The tempered body keeps the scan linear
+    when a text repeats BEGIN lines without bodies."""
+    body = r"(?:(?!-----)[\s\S]){20," + str(limit) + "}?"
+    truncated = r"\s*(?:\\n)?[A-Za-z0-9+/=]{40,}[A-Za-z0-9+/=\s\\]{0," + str(limit) + "}"
+    return f"-----BEGIN {label}-----(?:{body}-----END {label}-----|{truncated})"
+
 
 _PROVIDER_RULES: tuple[Rule, ...] = (
     # --- AI model providers
@@ -1538,7 +1147,7 @@ _PROVIDER_RULES: tuple[Rule, ...] = (
         "Mailgun",
         "MAILGUN_API_KEY",
         _L + r"(?:key-[0-9a-f]{32}|[0-9a-f]{32}-[0-9a-f]{8}-[0-9a-f]{8})" + _R,
-        ("key-",),
+        (),  # the newer format has no fixed part to filter on
     ),
     _p("mailchimp_api_key", "Mailchimp", "MAILCHIMP_API_KEY", _L + r"[a-f0-9]{32}-us[0-9]{1,2}" + _R, ("-us",)),
     _p("resend_api_key", "Resend", "RESEND_API_KEY", _L + r"re_[A-Za-z0-9]{8}_[A-Za-z0-9]{24}" + _R, ("re_",)),
@@ -1603,26 +1212,21 @@ _PROVIDER_RULES: tuple[Rule, ...] = (
         "openssh_private_key",
         "SSH",
         "SSH_PRIVATE_KEY",
-        r"-----BEGIN OPENSSH PRIVATE KEY-----(?:[\s\S]{20,20000}?-----END OPENSSH PRIVATE KEY-----|"
-        + _PEM_BODY
-        + r"{40,20000})",
+        _pem_block("OPENSSH PRIVATE KEY"),
         ("-----begin openssh private key",),
     ),
     _p(
         "pgp_private_key",
         "PGP",
         "PGP_PRIVATE_KEY",
-        r"-----BEGIN PGP PRIVATE KEY BLOCK-----(?:[\s\S]{20,40000}?-----END PGP PRIVATE KEY BLOCK-----|"
-        + _PEM_BODY
-        + r"{40,40000})",
+        _pem_block("PGP PRIVATE KEY BLOCK", limit=40000),
         ("-----begin pgp private key",),
     ),
     _p(
         "private_key",
         "PEM",
         "PRIVATE_KEY",
-        r"-----BEGIN (?:(?:RSA|EC|DSA|ENCRYPTED) )?PRIVATE KEY-----"
-        r"(?:[\s\S]{20,20000}?-----END (?:(?:RSA|EC|DSA|ENCRYPTED) )?PRIVATE KEY-----|" + _PEM_BODY + r"{40,20000})",
+        _pem_block("(?:(?:RSA|EC|DSA|ENCRYPTED) )?PRIVATE KEY"),
         ("private key-----",),
         entropy=3.5,
     ),
@@ -1630,7 +1234,7 @@ _PROVIDER_RULES: tuple[Rule, ...] = (
         "putty_private_key",
         "SSH",
         "PUTTY_PRIVATE_KEY",
-        r"PuTTY-User-Key-File-[23]:[\s\S]{10,10000}?Private-MAC: ?[a-f0-9]{40,64}",
+        r"PuTTY-User-Key-File-[23]:(?:(?!PuTTY-User-Key-File)[\s\S]){10,10000}?Private-MAC: ?[a-f0-9]{40,64}",
         ("putty-user-key-file",),
     ),
 )
@@ -1768,6 +1372,8 @@ _GENERIC_RULES: tuple[Rule, ...] = (
 
 RULES: tuple[Rule, ...] = _PROVIDER_RULES + _CONTEXT_RULES + _GENERIC_RULES
 _RULE_ORDER: dict[str, int] = {rule.name: i for i, rule in enumerate(RULES)}
+_RULE_KEYWORDS: tuple[tuple[Rule, frozenset[str]], ...] = tuple((r, frozenset(r.keywords)) for r in RULES)
+_ALL_KEYWORDS: tuple[str, ...] = tuple(sorted({k for r in RULES for k in r.keywords}))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1782,10 +1388,6 @@ class _Candidate:
     key_name: str | None
     service: str | None
     value: str
-
-
-def _overlaps(spans: list[tuple[int, int]], start: int, end: int) -> bool:
-    return any(s < end and start < e for s, e in spans)
 
 
 def _merge(text: str, candidates: list[_Candidate]) -> list[SecretMatch]:
@@ -1836,15 +1438,18 @@ def detect(text: str) -> list[SecretMatch]:
         return []
     lowered = text.lower()
     blocked = _marker_spans(text, lowered)
+    blocked_spans = _Spans(blocked)
     candidates: list[_Candidate] = []
-    for rule in RULES:
-        if rule.keywords and not any(k in lowered for k in rule.keywords):
+    # each distinct keyword is looked up once, then a rule runs if any of its keywords is present
+    present = {k for k in _ALL_KEYWORDS if k in lowered}
+    for rule, keywords in _RULE_KEYWORDS:
+        if keywords and keywords.isdisjoint(present):
             continue
         for m in rule.pattern.finditer(text):
             hit = rule.extract(rule, m, text)
             if hit is None or hit.end <= hit.start:
                 continue
-            if blocked and _overlaps(blocked, hit.start, hit.end):
+            if blocked and blocked_spans.overlaps(hit.start, hit.end):
                 continue  # our own marker: redacting twice must find nothing new
             value = hit.value if hit.value is not None else text[hit.start : hit.end]
             candidates.append(_Candidate(rule, hit.start, hit.end, hit.key_name, hit.service, value))
@@ -1854,20 +1459,39 @@ def detect(text: str) -> list[SecretMatch]:
     return _with_repeats(text, matches, blocked)
 
 
+class _Spans:
+    """Sorted, non-overlapping spans with an O(log n) overlap test."""
+
+    def __init__(self, spans: list[tuple[int, int]]) -> None:
+        self._spans = sorted(spans)
+        self._starts = [s for s, _ in self._spans]
+
+    def overlaps(self, start: int, end: int) -> bool:
+        i = bisect.bisect_left(self._starts, end) - 1  # the last span starting before `end`
+        return i >= 0 and self._spans[i][1] > start
+
+    def add(self, start: int, end: int) -> None:
+        i = bisect.bisect_left(self._starts, start)
+        self._starts.insert(i, start)
+        self._spans.insert(i, (start, end))
+
+
 def _with_repeats(text: str, matches: list[SecretMatch], blocked: list[tuple[int, int]]) -> list[SecretMatch]:
     """A value found once is hidden everywhere it recurs, even where no rule would fire."""
-    taken = [(m.start, m.end) for m in matches] + blocked
+    taken = _Spans([(m.start, m.end) for m in matches] + blocked)
     extra: list[SecretMatch] = []
+    seen: set[str] = set()
     for match in matches:
         value = match.value
-        if len(value) < 10 or shannon_entropy(value) < 3.0 or _is_wordish(value):
-            continue  # only values that cannot plausibly recur by accident
+        if value in seen or len(value) < 10 or shannon_entropy(value) < 3.0 or _is_wordish(value):
+            continue  # each value once; only values that cannot plausibly recur by accident
+        seen.add(value)
         pos = text.find(value)
         while pos >= 0:
             end = pos + len(value)
-            if not _overlaps(taken, pos, end):
+            if not taken.overlaps(pos, end):
                 extra.append(SecretMatch(match.rule, match.service, match.key_name, pos, end, value))
-                taken.append((pos, end))
+                taken.add(pos, end)
             pos = text.find(value, pos + 1)
     if not extra:
         return matches
