@@ -187,6 +187,14 @@ def test_a_local_dir_loads_again_in_the_same_process(minilm_dir: Path, minilm: E
     np.testing.assert_allclose(again.embed_query("hello"), minilm.embed_query("hello"), atol=1e-6)
 
 
+def test_a_local_model_is_named_by_its_content_not_its_location(model_copy: Path, minilm: Embedder) -> None:
+    # the name is stored with the collection: a moved dir is the same model, a changed one is not
+    assert load_embedder("fastembed", path=model_copy).name == minilm.name
+    tokenizer = model_copy / "tokenizer.json"
+    tokenizer.write_text(tokenizer.read_text(encoding="utf-8").replace('"[UNK]"', '"[unk]"'), encoding="utf-8")
+    assert load_embedder("fastembed", path=model_copy).name != minilm.name
+
+
 def test_threads_bound_the_onnxruntime_session(minilm_dir: Path) -> None:
     bounded = load_embedder("fastembed", path=minilm_dir, threads=1)
     session = bounded._model.model.model  # type: ignore[attr-defined]  # fastembed's onnxruntime session
@@ -248,6 +256,10 @@ def test_fastembed_needs_a_model_or_a_path() -> None:
 def test_a_missing_model_dir_is_named(tmp_path: Path) -> None:
     missing = tmp_path / "nowhere"
     assert str(missing) in error_of(path=missing)
+
+
+def test_a_path_to_the_onnx_file_itself_asks_for_its_directory(minilm_dir: Path) -> None:
+    assert "give the directory" in error_of(path=minilm_dir / "model.onnx")
 
 
 def test_a_model_dir_without_tokenizer_files_names_them(model_copy: Path) -> None:

@@ -42,7 +42,7 @@ def bad_line(rng: random.Random, kind: str) -> tuple[bytes, str]:
                    b"\x00" * rng.randint(1, 300)]
         return rng.choice(options), "invalid_json"
     if kind == "invalid_utf8":
-        bad = bytes([rng.choice([0x80, 0xC0, 0xE0, 0xF8, 0xFF]), rng.randint(0, 0x7F)])
+        bad = bytes([rng.choice([0x80, 0xC0, 0xE0, 0xF8, 0xFF]), rng.randint(0x20, 0x7E)])
         return b'{"type": "message", "id": "u", "note": "' + bad + junk.replace('"', "").encode() + b'"}', \
             "invalid_utf8"
     if kind == "wrong_field_type":

@@ -154,6 +154,7 @@ def test_doctor_says_what_to_fix(tmp_path: Path) -> None:
     key = data / "fingerprint.key"
     key.write_text("00" * 32)
     key.chmod(0o644)
+    (data / "store.migrating-1700000000").mkdir()  # what a migration cut short leaves behind
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VERITAS_", "OPENCLAW_", "NOTIFY_SOCKET"))}
     env.update({"OPENCLAW_STATE_DIR": str(tmp_path / "no-such-state"), "VERITAS_WATCH_DATA_DIR": str(data),
                 "VERITAS_WATCH_HTTP_PORT": "0"})
@@ -162,6 +163,8 @@ def test_doctor_says_what_to_fix(tmp_path: Path) -> None:
     assert "[FAIL] state_dir" in result.stdout and "OPENCLAW_STATE_DIR" in result.stdout
     assert "[FAIL] data_dir" in result.stdout and f"chmod 600 {key}" in result.stdout
     assert "[WARN] daemon: not running" in result.stdout
+    assert "[FAIL] store: an interrupted migration" in result.stdout and "rename store.migrating-1700000000 back" \
+        in result.stdout
     assert result.stdout.strip().splitlines()[-1].endswith("failure(s)")
 
 

@@ -293,6 +293,15 @@ def test_redact_markers_and_spans_in_the_original_text() -> None:
     assert result.text.startswith("这是 GitHub 的 token：[REDACTED:github_personal_access_token:")
 
 
+def test_redact_with_matches_pairs_each_finding_with_its_value() -> None:
+    text = "GITHUB_TOKEN=ghp_a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8 and 密码是Abc123!@#"
+    result, matches = redact.redact_with_matches(text, KEY)
+    assert result == redact.redact(text, KEY)
+    assert [fingerprint(m.value, KEY) for m in matches] == [f.fingerprint for f in result.findings]
+    assert [m.value for m in matches] == ["ghp_a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8", "Abc123!@#"]
+    assert "ghp_" not in repr(matches)  # values stay out of reprs (and so out of accidental logs)
+
+
 def test_text_without_secrets_is_returned_unchanged() -> None:
     text = "Caroline: I went to a LGBTQ support group yesterday and it was so powerful."
     assert redact.redact(text, KEY).text == text

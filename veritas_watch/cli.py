@@ -103,11 +103,8 @@ def _open_offline(config: Config) -> tuple[Any, Any]:
                              cache_dir=config.data_dir / "models", threads=emb.threads or None)
     meta = store_meta(embedder)
 
-    def no_migration(rows: Any) -> Any:
-        raise RuntimeError("the store needs a migration: start the daemon once to migrate it")
-
     store = open_store(config.store.url, config.store.api_key, config.store.collection, config.store.timeout,
-                       config.data_dir, meta, no_migration)
+                       config.data_dir, meta, reembed=None)  # only the daemon migrates
     return store, embedder
 
 

@@ -292,6 +292,12 @@ def _daemon(config: Config, daemon: _Endpoint | None) -> Check:
 
 
 def _store(config: Config, daemon: _Endpoint | None, model: tuple[str, int] | None) -> Check:
+    stranded = sorted(config.data_dir.glob("store.migrating-*"))
+    if stranded and not config.store.url:
+        # A migration renames the store first: one cut short leaves the old points only there.
+        return Check("store", "fail", f"an interrupted migration left the previous store in {stranded[-1]}",
+                     f"stop the daemon, move {config.data_dir / 'store'} aside, rename {stranded[-1].name} back to "
+                     "store, and start the daemon again (it re-runs the migration)")
     if daemon is not None:
         store = daemon.health.get("store")
         if store == "ok":

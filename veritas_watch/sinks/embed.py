@@ -16,6 +16,7 @@ thread owns the embedder (see ``load_embedder``).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -205,7 +206,7 @@ class UseM3Embedder:
 _PREFIXES_BY_NAME_WORD: dict[str, tuple[str, str]] = {"e5": ("query: ", "passage: ")}
 _ONNX_CANDIDATES = ("model.onnx", "onnx/model.onnx", "model_optimized.onnx", "model_quantized.onnx")
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
-_BATCH_SIZE = 64  # bounds onnxruntime's activation memory for long chunks; throughput is flat above
+_BATCH_SIZE = 64  # bounds onnxruntime's activations (batch x longest text x hidden) on a long backlog
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,8 +253,10 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def _inspect_model_dir(path: Path, model_file: str | None) -> _LocalModelDir:
+    if path.is_file():
+        raise EmbedderError(f"embedding.path {path} is a file; give the directory that holds it and its tokenizer")
     if not path.is_dir():
-        raise EmbedderError(f"embedding.path {path} is not a directory")
+        raise EmbedderError(f"embedding.path {path} does not exist or is not a directory")
     if model_file is not None:
         if not (path / model_file).is_file():
             raise EmbedderError(f"embedding model dir {path} is missing {model_file}")
@@ -359,8 +362,9 @@ class FastEmbedEmbedder:
             name = description.model
         else:
             local = _inspect_model_dir(path, None)
-            # registered under a name derived from the dir, so two dirs never share a registration
-            name = model or f"local/{path.resolve()}"
+            # named by content, not location: the name is stored with the collection, so moving the
+            # dir must not look like a new model, and a changed model file must
+            name = f"{model or 'local-onnx'}@{_content_digest(local)}"
             if name.lower() not in _catalogue():
                 TextEmbedding.add_custom_model(
                     model=name,
@@ -397,6 +401,19 @@ class FastEmbedEmbedder:
     def embed_query(self, text: str) -> FloatVector:
         query: FloatVector = self._run([self._query_prefix + _encodable([text])[0]])[0]
         return query
+
+
+def _content_digest(local: _LocalModelDir) -> str:
+    """12 hex digits over what decides the vectors: the ONNX graph, the tokenizer and the pooling."""
+    digest = hashlib.sha256(f"{local.model_file}\0{local.pooling}\0".encode())
+    for name in (local.model_file, "tokenizer.json"):
+        try:
+            with (local.path / name).open("rb") as handle:
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(block)
+        except OSError as exc:
+            raise EmbedderError(f"embedding model dir {local.path}: cannot read {name}: {exc}") from exc
+    return digest.hexdigest()[:12]
 
 
 def _hidden_size(path: Path) -> int:

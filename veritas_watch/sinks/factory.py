@@ -22,29 +22,43 @@ Reembed = Callable[[Sequence[tuple[str, dict[str, object]]]], list[StoredPoint]]
 
 
 def open_store(url: str, api_key: str, collection: str, timeout: float, data_dir: Path,
-               meta: StoreMeta, reembed: Reembed) -> Store:
+               meta: StoreMeta, reembed: Reembed | None) -> Store:
+    """`reembed=None`: refuse (StoreError) rather than migrate; only the daemon migrates."""
     if url:
         return _open_server(url, api_key, collection, timeout, meta, reembed)
     return _open_edge(data_dir / "store", meta, reembed)
 
 
-def _open_edge(path: Path, meta: StoreMeta, reembed: Reembed) -> Store:
+def _open_edge(path: Path, meta: StoreMeta, reembed: Reembed | None) -> Store:
+    """Migration copies into `store.next` and swaps only once the copy is complete (meta written last),
+    so an interrupted migration leaves the old store untouched and is simply redone."""
     from veritas_watch.sinks.edge import EdgeStore
 
+    staged = path.with_name(path.name + ".next")
+    if not path.exists() and _read_meta(staged) is not None:
+        staged.rename(path)  # crashed between the two renames of a finished migration
+    for leftover in path.parent.glob(path.name + ".old-*"):
+        shutil.rmtree(leftover, ignore_errors=True)
     stored = _read_meta(path)
     if stored is not None and stored != meta:
-        legacy = path.with_name(f"store.migrating-{int(time.time())}")
-        path.rename(legacy)
+        if reembed is None:
+            raise StoreError(f"the store at {path} was written with {stored.to_json()}, not {meta.to_json()}: "
+                             "start the daemon once to migrate it")
         log.warning("store_migration_started", old=stored.to_json(), new=meta.to_json())
-        old = EdgeStore(legacy, stored)
-        new = EdgeStore(path, meta)
+        shutil.rmtree(staged, ignore_errors=True)
+        old = EdgeStore(path, stored)
+        new = EdgeStore(staged, meta)
         moved = _copy(old, new, reembed)
         old.close()
-        shutil.rmtree(legacy, ignore_errors=True)
-        new.flush()
-        meta_path(path).write_text(meta.to_json())
+        new.close()
+        meta_path(staged).write_text(meta.to_json())  # the completeness marker
+        retired = path.with_name(f"{path.name}.old-{int(time.time())}")
+        path.rename(retired)
+        staged.rename(path)
+        shutil.rmtree(retired, ignore_errors=True)
         log.warning("store_migration_finished", points=moved)
-        return new
+        return EdgeStore(path, meta)
+    shutil.rmtree(staged, ignore_errors=True)  # an unfinished migration: redone from the intact store
     path.mkdir(parents=True, exist_ok=True)
     store = EdgeStore(path, meta)
     if stored is None:
@@ -53,7 +67,7 @@ def _open_edge(path: Path, meta: StoreMeta, reembed: Reembed) -> Store:
 
 
 def _open_server(url: str, api_key: str, collection: str, timeout: float, meta: StoreMeta,
-                 reembed: Reembed) -> Store:
+                 reembed: Reembed | None) -> Store:
     from qdrant_client import QdrantClient
 
     try:
@@ -63,12 +77,16 @@ def _open_server(url: str, api_key: str, collection: str, timeout: float, meta: 
     return open_server_collection(client, collection, meta, reembed)
 
 
-def open_server_collection(client: QdrantClient, collection: str, meta: StoreMeta, reembed: Reembed) -> Store:
+def open_server_collection(client: QdrantClient, collection: str, meta: StoreMeta,
+                           reembed: Reembed | None) -> Store:
     from veritas_watch.sinks.server import ServerStore
 
     store = ServerStore(client, collection, meta)
     if store.meta == meta:
         return store
+    if reembed is None:
+        raise StoreError(f"collection {collection} was written with {store.meta.to_json()}, not {meta.to_json()}: "
+                         "start the daemon once to migrate it")
     # Keep the collection's name stable: re-embed into a temporary collection, then recreate.
     temp = f"{collection}__migrating"
     log.warning("store_migration_started", old=store.meta.to_json(), new=meta.to_json())

@@ -37,6 +37,7 @@ __all__ = [
     "fingerprint",
     "is_secret_name",
     "redact",
+    "redact_with_matches",
     "service_from_name",
     "shannon_entropy",
 ]
@@ -1505,9 +1506,17 @@ def fingerprint(value: str, key: bytes) -> str:
 
 def redact(text: str, key: bytes) -> Redacted:
     """`text` with every secret replaced by `[REDACTED:<rule>:<fp8>]`; findings span the original text."""
+    return redact_with_matches(text, key)[0]
+
+
+def redact_with_matches(text: str, key: bytes) -> tuple[Redacted, tuple[SecretMatch, ...]]:
+    """`redact`, plus the matches behind the findings (same order) for a caller that keeps a vault.
+
+    The matches hold the values: hand them to the vault and drop them, never log them.
+    """
     matches = detect(text)
     if not matches:
-        return Redacted(text=text)
+        return Redacted(text=text), ()
     parts: list[str] = []
     findings: list[SecretFinding] = []
     cursor = 0
@@ -1518,4 +1527,4 @@ def redact(text: str, key: bytes) -> Redacted:
         cursor = match.end
         findings.append(SecretFinding(match.rule, match.service, match.key_name, fp, match.start, match.end))
     parts.append(text[cursor:])
-    return Redacted(text="".join(parts), findings=tuple(findings))
+    return Redacted(text="".join(parts), findings=tuple(findings)), tuple(matches)

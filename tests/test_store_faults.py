@@ -1,0 +1,141 @@
+"""Scenario 24: the store down or slow. The cursor does not advance, the backlog shows, the errors
+are logged without flooding, and every entry arrives once the store is back.
+
+The real daemon runs in-process (tests/daemon_harness.InProcessDaemon) with its real Qdrant Edge
+store wrapped by `Daemon(config, wrap_store=...)`: the wrapper fails (or blocks) the write path,
+the way a full disk or an unreachable server does, and reads keep working so that `status` and
+`export` can be checked meanwhile.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.daemon_harness import InProcessDaemon, Ledger, append, assert_store_matches, file_key, wait_for
+from veritas_watch.sinks.store import Hit, Store, StoredPoint, StoreError
+
+RETRY_MAX = 0.4
+
+
+class FaultyStore:
+    """A real store behind two switches: `down` makes writes raise, `hold` makes them block."""
+
+    def __init__(self, inner: Store) -> None:
+        self.inner = inner
+        self.down = threading.Event()
+        self.hold = threading.Event()
+        self.release = threading.Event()
+        self.failures = 0
+        self.blocked = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def _gate(self, what: str) -> None:
+        if self.hold.is_set():
+            self.blocked += 1
+            self.release.wait(120)
+        if self.down.is_set():
+            self.failures += 1
+            raise StoreError(f"{what} failed: No space left on device (injected)")
+
+    def upsert(self, points: Sequence[StoredPoint]) -> None:
+        self._gate("upsert")
+        self.inner.upsert(points)
+
+    def retrieve(self, ids: Sequence[str]) -> list[Hit]:
+        self._gate("retrieve")
+        return self.inner.retrieve(ids)
+
+
+@pytest.fixture
+def faulty(tmp_path: Path) -> Any:
+    holder: dict[str, FaultyStore] = {}
+
+    def wrap(store: Store) -> FaultyStore:
+        holder["store"] = FaultyStore(store)
+        return holder["store"]
+
+    (tmp_path / "state" / "agents").mkdir(parents=True)
+    daemon = InProcessDaemon(tmp_path / "state", tmp_path / "data", wrap_store=wrap,
+                             config={"pipeline": {"retry_initial": 0.05, "retry_max": RETRY_MAX}})
+    daemon.start()
+    try:
+        yield daemon, holder["store"]
+    finally:
+        holder["store"].release.set()
+        holder["store"].down.clear()
+        daemon.stop()
+
+
+def test_s24_store_down_cursor_frozen_nothing_lost(faulty: tuple[InProcessDaemon, FaultyStore]) -> None:
+    daemon, store = faulty
+    book = Ledger(daemon.state_dir, "faults")
+    first, second = book.path("one"), book.path("two")
+    append(first, book.header("one") + b"".join(book.entry("one") for _ in range(5)))
+    daemon.wait_idle()
+    assert_store_matches(daemon, book)
+    before = daemon.cursors()
+    frozen = before[file_key(first)]
+
+    store.down.set()
+    down_at = time.monotonic()
+    append(first, b"".join(book.entry("one", role="assistant") for _ in range(12)))
+    append(second, book.header("two") + b"".join(book.entry("two") for _ in range(6)))
+    wait_for(lambda: store.failures >= 8, timeout=60, what="retries against the failing store")
+    for _ in range(5):  # while it stays down: nothing moves, the backlog and the outage show
+        cursors = daemon.cursors()
+        assert cursors[file_key(first)] == frozen
+        assert file_key(second) not in cursors
+        status = daemon.status()
+        assert status["store_state"] == "down"
+        assert status["backlog_bytes"] > 0
+        assert daemon.get("/health")["status"] == "degraded"
+        time.sleep(0.3)
+    stored_meanwhile = {p["payload"]["entry_id"] for p in daemon.export_http("faults")}
+    assert stored_meanwhile == {entry for _, entry in list(book.expected)[:5]}
+
+    store.down.clear()
+    down_for = time.monotonic() - down_at
+    daemon.wait_idle()
+    assert_store_matches(daemon, book)
+    cursors = daemon.cursors()
+    assert cursors[file_key(first)].offset == first.stat().st_size
+    assert cursors[file_key(second)].offset == second.stat().st_size
+
+    retries = daemon.events("store_retry")
+    # The first three failures, then at most one line per backoff ceiling: the log rate is bounded
+    # by 1/retry_max whatever the number of attempts (30 s by default).
+    assert 3 <= len(retries) <= 3 + math.ceil(down_for / RETRY_MAX) + 2, (len(retries), store.failures)
+    assert all("injected" in e["error"] for e in retries)
+    assert len(daemon.events("store_recovered")) == 1
+
+
+def test_s24_store_slow_cursor_waits_for_the_ack(faulty: tuple[InProcessDaemon, FaultyStore]) -> None:
+    daemon, store = faulty
+    book = Ledger(daemon.state_dir, "slow")
+    path = book.path("s")
+    append(path, book.header("s") + book.entry("s"))
+    daemon.wait_idle()
+    acked = daemon.cursors()[file_key(path)]
+
+    store.hold.set()  # every write now hangs until released: a store that does not answer
+    append(path, b"".join(book.entry("s") for _ in range(8)))
+    wait_for(lambda: store.blocked >= 1, timeout=60, what="a write hanging in the store")
+    time.sleep(1.0)
+    assert daemon.cursors()[file_key(path)] == acked
+    assert daemon.status()["backlog_bytes"] > 0
+
+    store.hold.clear()
+    store.release.set()
+    daemon.wait_idle()
+    assert_store_matches(daemon, book)
+    assert daemon.cursors()[file_key(path)].offset == path.stat().st_size
+    assert not daemon.events("store_retry")  # slow is not failed
