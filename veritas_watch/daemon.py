@@ -21,6 +21,7 @@ import structlog
 
 from veritas_watch import log as logsetup
 from veritas_watch.config import Config, load_config
+from veritas_watch.features.capture import CredentialCapture
 from veritas_watch.features.gap_service import GapService
 from veritas_watch.metrics import DaemonMetrics
 from veritas_watch.model import RawRecord, SessionState, SourceRef
@@ -108,6 +109,7 @@ class Daemon:
         self.rt: Runtime | None = None
         self.watcher: ChangeWatcher | None = None
         self.gaps: GapService | None = None
+        self.capture: CredentialCapture | None = None
         self.metrics = DaemonMetrics(self)
         self._signals = 0
 
@@ -121,6 +123,7 @@ class Daemon:
         self.rt = await self._open_with_retry()
         rt = self.rt
         self.gaps = GapService.open(self.config)
+        self.capture = CredentialCapture(self.config) if self.config.credentials.enabled else None
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_stop_signal)
         loop.add_signal_handler(signal.SIGHUP, self._on_reload)
@@ -303,9 +306,13 @@ class Daemon:
     def _transform(self, records: Sequence[RawRecord], state: SessionState, fallback_session: str) -> Transformed:
         assert self.rt is not None
         emb = self.config.embedding
-        return transform_records(records, state, fallback_session=fallback_session, redact_key=self.rt.redact_key,
-                                 max_line_bytes=self.config.watch.max_line_bytes, chunk_chars=emb.chunk_chars,
-                                 chunk_overlap=emb.chunk_overlap)
+        out = transform_records(records, state, fallback_session=fallback_session, redact_key=self.rt.redact_key,
+                                max_line_bytes=self.config.watch.max_line_bytes, chunk_chars=emb.chunk_chars,
+                                chunk_overlap=emb.chunk_overlap,
+                                keep_values=self.capture is not None and self.capture.keeps_values)
+        if out.found and self.capture is not None:
+            self.capture.capture(out.found)  # indexed before the store ever sees the message
+        return out
 
     def _read_and_transform(self, tracked: TrackedFile) -> Work | None:
         rt = self.rt

@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 AGENT_ID = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}$", re.IGNORECASE)
 LEGACY_STATE_DIRS = (".clawdbot", ".moldbot", ".moltbot")
@@ -76,20 +76,75 @@ def load_openclaw_config(state_dir: Path, environ: Mapping[str, str] | None = No
     return value if isinstance(value, dict) else {}
 
 
-def workspace_for(state_dir: Path, agent_id: str, config: Mapping[str, object] | None = None,
-                  profile: str | None = None) -> Path:
-    """The agent's workspace: `agents.list[].workspace`, `agents.defaults.workspace`, or the defaults."""
-    agents = (config or {}).get("agents")
-    if isinstance(agents, dict):
-        for item in agents.get("list") or []:
-            if isinstance(item, dict) and item.get("id") == agent_id and isinstance(item.get("workspace"), str):
-                return Path(item["workspace"]).expanduser()
-        defaults = agents.get("defaults")
-        if agent_id == DEFAULT_AGENT and isinstance(defaults, dict) and isinstance(defaults.get("workspace"), str):
-            return Path(defaults["workspace"]).expanduser()
-    if agent_id == DEFAULT_AGENT:
-        return state_dir / (f"workspace-{profile}" if profile else "workspace")
-    return state_dir / f"workspace-{agent_id}"
+def _normalize_agent_id(value: object) -> str:
+    text = value.strip().lower() if isinstance(value, str) else ""
+    return text or DEFAULT_AGENT
+
+
+def _user_path(raw: str, *, home: Path | None, base: Path) -> Path:
+    text = raw.strip()
+    home_dir = home if home is not None else Path.home()
+    if text == "~":
+        return home_dir
+    if text.startswith("~/"):
+        return home_dir / text[2:]
+    path = Path(text)
+    # OpenClaw resolves a relative path against its own cwd; a daemon has none that means
+    # anything, so the state dir is the base.
+    return path if path.is_absolute() else base / path
+
+
+def workspace_for(
+    state_dir: Path,
+    agent_id: str,
+    openclaw_config: Mapping[str, Any] | None = None,
+    *,
+    profile: str | None = None,
+    home: Path | None = None,
+) -> Path:
+    """The agent's workspace dir, resolved as OpenClaw's resolveAgentWorkspaceDir does.
+
+    Order: `agents.list[<id>].workspace`; for the default agent (the entry marked `default`, else
+    the first listed, else `main`) `agents.defaults.workspace`, else `~/.openclaw/workspace`
+    (`workspace-<profile>` with a profile); for other agents `<agents.defaults.workspace>/<id>`,
+    else `<state_dir>/workspace-<id>`. OpenClaw puts the default workspace under the home dir
+    whatever the state dir: pass `home` to get exactly that; without it the default agent's
+    workspace is `<state_dir>/workspace`, which is the same place for a standard `~/.openclaw`.
+    """
+    agent = _normalize_agent_id(agent_id)
+    agents = (openclaw_config or {}).get("agents")
+    agents = agents if isinstance(agents, Mapping) else {}
+    raw_list = agents.get("list")
+    entries = [e for e in raw_list if isinstance(e, Mapping)] if isinstance(raw_list, list) else []
+    for entry in entries:
+        configured = entry.get("workspace")
+        if _normalize_agent_id(entry.get("id")) == agent and isinstance(configured, str) and configured.strip():
+            return _user_path(configured, home=home, base=state_dir)
+    defaults = agents.get("defaults")
+    fallback = defaults.get("workspace") if isinstance(defaults, Mapping) else None
+    fallback = fallback.strip() if isinstance(fallback, str) and fallback.strip() else None
+    marked = [e for e in entries if e.get("default")]
+    default_id = _normalize_agent_id((marked or entries)[0].get("id")) if entries else DEFAULT_AGENT
+    if agent == default_id:
+        if fallback:
+            return _user_path(fallback, home=home, base=state_dir)
+        name = "workspace"
+        if profile and profile.strip() and profile.strip().lower() != "default":
+            name = f"workspace-{profile.strip()}"
+        if home is not None:
+            return home / ".openclaw" / name
+        if name != "workspace" and state_dir.name.startswith(".openclaw"):
+            return state_dir.parent / ".openclaw" / name  # ~/.openclaw-<profile> -> ~/.openclaw/workspace-<profile>
+        return state_dir / name
+    if fallback:
+        return _user_path(fallback, home=home, base=state_dir) / agent
+    return state_dir / f"workspace-{agent}"
+
+
+def openclaw_home(environ: Mapping[str, str] | None = None) -> Path:
+    """The home dir OpenClaw uses: `$OPENCLAW_HOME`, else the user's home."""
+    env = os.environ if environ is None else environ
+    return Path(env["OPENCLAW_HOME"]).expanduser() if env.get("OPENCLAW_HOME") else Path.home()
 
 
 @dataclass(frozen=True, slots=True)

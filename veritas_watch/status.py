@@ -27,7 +27,7 @@ def agents_from_cursors(cursors: Iterable[tuple[FileCursor, int | None]]) -> dic
     for cursor, size in cursors:
         agent = agents.setdefault(cursor.agent_id, {
             "files": 0, "lag_bytes": 0, "last_entry_at": None, "entries_stored": None, "sessions": set(),
-            "open_gaps": 0,
+            "open_gaps": 0, "credentials_captured": 0,
         })
         agent["files"] += 1
         agent["lag_bytes"] += max(0, (size if size is not None else cursor.offset) - cursor.offset)
@@ -54,6 +54,10 @@ async def daemon_status(daemon: Daemon) -> dict[str, Any]:
     await rt.sink.in_store_thread(lambda: count_entries(rt.sink.store, agents))
     stats = rt.sink.stats
     open_gaps = daemon.gaps.open_gaps() if daemon.gaps is not None else []
+    if daemon.capture is not None:
+        for agent_id, count in daemon.capture.captured.items():
+            if agent_id in agents:
+                agents[agent_id]["credentials_captured"] = count
     for gap in open_gaps:
         agents.setdefault(gap.agent_id, {"files": 0, "lag_bytes": 0, "last_entry_at": None,
                                          "entries_stored": None, "sessions": 0, "open_gaps": 0})

@@ -31,6 +31,7 @@ from typing import Any, Literal
 import structlog
 
 from veritas_watch.model import SecretFinding
+from veritas_watch.openclaw import workspace_for
 from veritas_watch.transforms.redact import fingerprint, is_secret_name
 
 __all__ = [
@@ -51,7 +52,6 @@ log = structlog.get_logger()
 
 INDEX_FILE = "CREDENTIALS_INDEX.md"
 HEADER: tuple[str, ...] = ("Service", "Key Name", "Location", "Status", "First Seen", "Fingerprint")
-DEFAULT_AGENT_ID = "main"
 _INDEX_INTRO = (
     "# Credentials Index\n\n"
     "Where each credential lives, one row per credential. veritas-watch adds a row when a new one\n"
@@ -64,69 +64,6 @@ _INDEX_INTRO = (
 # Workspace resolution
 
 
-def _normalize_agent_id(value: object) -> str:
-    text = value.strip().lower() if isinstance(value, str) else ""
-    return text or DEFAULT_AGENT_ID
-
-
-def _user_path(raw: str, *, home: Path | None, base: Path) -> Path:
-    text = raw.strip()
-    home_dir = home if home is not None else Path.home()
-    if text == "~":
-        return home_dir
-    if text.startswith("~/"):
-        return home_dir / text[2:]
-    path = Path(text)
-    # OpenClaw resolves a relative path against its own cwd; a daemon has none that means
-    # anything, so the state dir is the base.
-    return path if path.is_absolute() else base / path
-
-
-def workspace_for(
-    state_dir: Path,
-    agent_id: str,
-    openclaw_config: Mapping[str, Any] | None,
-    *,
-    profile: str | None = None,
-    home: Path | None = None,
-) -> Path:
-    """The agent's workspace dir, resolved as OpenClaw's resolveAgentWorkspaceDir does.
-
-    Order: `agents.list[<id>].workspace`; for the default agent (the entry marked `default`, else
-    the first listed, else `main`) `agents.defaults.workspace`, else `~/.openclaw/workspace`
-    (`workspace-<profile>` with a profile); for other agents `<agents.defaults.workspace>/<id>`,
-    else `<state_dir>/workspace-<id>`. OpenClaw puts the default workspace under the home dir
-    whatever the state dir: pass `home` to get exactly that; without it the default agent's
-    workspace is `<state_dir>/workspace`, which is the same place for a standard `~/.openclaw`.
-    """
-    agent = _normalize_agent_id(agent_id)
-    agents = (openclaw_config or {}).get("agents")
-    agents = agents if isinstance(agents, Mapping) else {}
-    raw_list = agents.get("list")
-    entries = [e for e in raw_list if isinstance(e, Mapping)] if isinstance(raw_list, list) else []
-    for entry in entries:
-        configured = entry.get("workspace")
-        if _normalize_agent_id(entry.get("id")) == agent and isinstance(configured, str) and configured.strip():
-            return _user_path(configured, home=home, base=state_dir)
-    defaults = agents.get("defaults")
-    fallback = defaults.get("workspace") if isinstance(defaults, Mapping) else None
-    fallback = fallback.strip() if isinstance(fallback, str) and fallback.strip() else None
-    marked = [e for e in entries if e.get("default")]
-    default_id = _normalize_agent_id((marked or entries)[0].get("id")) if entries else DEFAULT_AGENT_ID
-    if agent == default_id:
-        if fallback:
-            return _user_path(fallback, home=home, base=state_dir)
-        name = "workspace"
-        if profile and profile.strip() and profile.strip().lower() != "default":
-            name = f"workspace-{profile.strip()}"
-        if home is not None:
-            return home / ".openclaw" / name
-        if name != "workspace" and state_dir.name.startswith(".openclaw"):
-            return state_dir.parent / ".openclaw" / name  # ~/.openclaw-<profile> -> ~/.openclaw/workspace-<profile>
-        return state_dir / name
-    if fallback:
-        return _user_path(fallback, home=home, base=state_dir) / agent
-    return state_dir / f"workspace-{agent}"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import structlog
 from veritas_watch.config import Config
 from veritas_watch.features.archive import archive_daily_logs
 from veritas_watch.features.gaps import EndedSession, Gap, GapDetector, GapStore, resolve_zone
-from veritas_watch.openclaw import iter_agents, load_openclaw_config, workspace_for
+from veritas_watch.openclaw import iter_agents, load_openclaw_config, openclaw_home, workspace_for
 from veritas_watch.sources.cursors import CursorStore, FileCursor
 from veritas_watch.sources.jsonl import JsonlTailer
 
@@ -57,7 +57,7 @@ class GapService:
 
     def workspace(self, agent_id: str) -> Path:
         state_dir = self.config.state_dir
-        return workspace_for(state_dir, agent_id, load_openclaw_config(state_dir))
+        return workspace_for(state_dir, agent_id, load_openclaw_config(state_dir), home=openclaw_home())
 
     def wanted(self, agent_id: str) -> bool:
         return not self.config.gaps.agents or agent_id in self.config.gaps.agents

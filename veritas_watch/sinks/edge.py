@@ -101,37 +101,56 @@ class EdgeStore:
             except Exception as exc:
                 raise StoreError(f"delete failed: {exc}") from exc
 
-    def search(self, query: SearchQuery) -> list[Hit]:
+    @staticmethod
+    def _request(query: SearchQuery) -> qe.QueryRequest | None:
+        """The engine's request for one query; None when there is nothing to search with."""
         flt = _filter(query)
+        if query.order is not None:
+            direction = qe.Direction.Asc if query.order == "asc" else qe.Direction.Desc
+            return qe.QueryRequest(limit=query.limit, query=qe.OrderBy("position", direction=direction),
+                                   filter=flt, with_payload=True)
         dense = qe.Query.Nearest(list(query.dense), using=DENSE) if query.dense is not None else None
         sparse = (
             qe.Query.Nearest(qe.SparseVector(list(query.sparse.indices), list(query.sparse.values)), using=SPARSE)
             if query.sparse is not None and query.sparse.indices
             else None
         )
+        # IDF over the agent's points only (the engine refuses this parameter on a dense query).
+        agent_flt = _filter(SearchQuery(query.agent_id, 1)) if query.agent_id is not None and query.agent_idf else None
+        idf = qe.SearchParams(idf=qe.IdfParams(corpus=agent_flt)) if agent_flt is not None else None
         if query.mode == "hybrid" and dense is not None and sparse is not None:
-            request = qe.QueryRequest(
+            return qe.QueryRequest(
                 limit=query.limit,
                 prefetches=[
                     qe.Prefetch(limit=query.prefetch, query=dense, filter=flt),
-                    qe.Prefetch(limit=query.prefetch, query=sparse, filter=flt),
+                    qe.Prefetch(limit=query.prefetch, query=sparse, filter=flt, params=idf),
                 ],
                 query=qe.Fusion.Rrf(k=query.rrf_k),  # type: ignore[arg-type]  # the stub omits nested classes
                 filter=flt,
                 with_payload=True,
             )
-        else:
-            chosen = sparse if query.mode == "sparse" else dense
-            if chosen is None:
-                chosen = dense or sparse
-            if chosen is None:
-                return []
-            request = qe.QueryRequest(limit=query.limit, query=chosen, filter=flt, with_payload=True)
+        use_sparse = (query.mode == "sparse" and sparse is not None) or dense is None
+        chosen = sparse if use_sparse else dense
+        if chosen is None:
+            return None
+        return qe.QueryRequest(limit=query.limit, query=chosen, filter=flt, with_payload=True,
+                               params=idf if use_sparse else None)
+
+    def search(self, query: SearchQuery) -> list[Hit]:
+        return self.search_batch([query])[0]
+
+    def search_batch(self, queries: Sequence[SearchQuery]) -> list[list[Hit]]:
+        requests = [self._request(q) for q in queries]
+        runnable = [r for r in requests if r is not None]
         try:
-            points = self._shard.query(request)
+            results = self._shard.query_batch(qe.QueryBatchRequest(runnable)) if runnable else []
         except Exception as exc:
             raise StoreError(f"query failed: {exc}") from exc
-        return [Hit(str(p.id), float(p.score), _payload(p.payload)) for p in points]
+        answers = iter(results)
+        return [
+            [Hit(str(p.id), float(p.score), _payload(p.payload)) for p in next(answers)] if r is not None else []
+            for r in requests
+        ]
 
     def scroll(self, agent_id: str | None = None, with_vectors: bool = False, page: int = 256,
                session_id: str | None = None) -> Iterator[tuple[str, dict[str, object], StoredPoint | None]]:

@@ -97,39 +97,57 @@ class ServerStore:
             except Exception as exc:
                 raise StoreError(f"delete failed: {exc}") from exc
 
-    def search(self, query: SearchQuery) -> list[Hit]:
+    @staticmethod
+    def _request(query: SearchQuery) -> models.QueryRequest | None:
+        """The request for one query; None when there is nothing to search with.
+
+        IDF is the collection's: a Qdrant server has no per-request IDF corpus (`agent_idf` is Edge's).
+        """
         flt = _filter(query)
+        if query.order is not None:
+            direction = models.Direction.ASC if query.order == "asc" else models.Direction.DESC
+            order = models.OrderByQuery(order_by=models.OrderBy(key="position", direction=direction))
+            return models.QueryRequest(query=order, filter=flt, limit=query.limit, with_payload=True)
         sparse = (
             models.SparseVector(indices=list(query.sparse.indices), values=list(query.sparse.values))
             if query.sparse is not None and query.sparse.indices
             else None
         )
         dense = list(query.dense) if query.dense is not None else None
+        if query.mode == "hybrid" and dense is not None and sparse is not None:
+            return models.QueryRequest(
+                prefetch=[
+                    models.Prefetch(query=dense, using=DENSE, limit=query.prefetch, filter=flt),
+                    models.Prefetch(query=sparse, using=SPARSE, limit=query.prefetch, filter=flt),
+                ],
+                query=models.RrfQuery(rrf=models.Rrf(k=query.rrf_k)),
+                filter=flt,
+                limit=query.limit,
+                with_payload=True,
+            )
+        use_sparse = (query.mode == "sparse" and sparse is not None) or dense is None
+        vector: Any = sparse if use_sparse else dense
+        if vector is None:
+            return None
+        return models.QueryRequest(query=vector, using=SPARSE if use_sparse else DENSE, filter=flt,
+                                   limit=query.limit, with_payload=True)
+
+    def search(self, query: SearchQuery) -> list[Hit]:
+        return self.search_batch([query])[0]
+
+    def search_batch(self, queries: Sequence[SearchQuery]) -> list[list[Hit]]:
+        requests = [self._request(q) for q in queries]
+        runnable = [r for r in requests if r is not None]
         try:
-            if query.mode == "hybrid" and dense is not None and sparse is not None:
-                response = self._client.query_points(
-                    self._collection,
-                    prefetch=[
-                        models.Prefetch(query=dense, using=DENSE, limit=query.prefetch, filter=flt),
-                        models.Prefetch(query=sparse, using=SPARSE, limit=query.prefetch, filter=flt),
-                    ],
-                    query=models.RrfQuery(rrf=models.Rrf(k=query.rrf_k)),
-                    query_filter=flt,
-                    limit=query.limit,
-                    with_payload=True,
-                )
-            else:
-                use_sparse = (query.mode == "sparse" and sparse is not None) or dense is None
-                vector: Any = sparse if use_sparse else dense
-                if vector is None:
-                    return []
-                response = self._client.query_points(
-                    self._collection, query=vector, using=SPARSE if use_sparse else DENSE,
-                    query_filter=flt, limit=query.limit, with_payload=True,
-                )
+            results = self._client.query_batch_points(self._collection, requests=runnable) if runnable else []
         except Exception as exc:
             raise StoreError(f"query failed: {exc}") from exc
-        return [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in response.points]
+        answers = iter(results)
+        return [
+            [Hit(str(p.id), float(p.score), dict(p.payload or {})) for p in next(answers).points]
+            if r is not None else []
+            for r in requests
+        ]
 
     def scroll(self, agent_id: str | None = None, with_vectors: bool = False, page: int = 256,
                session_id: str | None = None) -> Iterator[tuple[str, dict[str, object], StoredPoint | None]]:

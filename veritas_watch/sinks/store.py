@@ -22,6 +22,7 @@ FLOAT_FIELDS = ("ts",)
 INTEGER_FIELDS = ("position",)
 
 SearchMode = Literal["dense", "sparse", "hybrid"]
+PositionOrder = Literal["asc", "desc"]
 
 
 class StoreError(RuntimeError):
@@ -65,6 +66,13 @@ class SearchQuery:
     rrf_k: int = 60
     session_id: str | None = None
     positions: tuple[int, ...] = ()
+    min_position: int | None = None  # inclusive
+    max_position: int | None = None
+    # Set: no vector ranking, the filtered points in `position` order (a session's neighbouring turns).
+    order: PositionOrder | None = None
+    # Sparse IDF counted over the agent's own points (Qdrant Edge), so that one agent's ranking never
+    # depends on what another agent stored. A server computes IDF over the whole collection.
+    agent_idf: bool = True
 
 
 def store_meta_for(embedder_name: str, dim: int, sparse_scheme: str, dense_scheme: str) -> StoreMeta:
@@ -98,6 +106,9 @@ class Store(Protocol):
     def delete(self, ids: Sequence[str]) -> None: ...
 
     def search(self, query: SearchQuery) -> list[Hit]: ...
+
+    def search_batch(self, queries: Sequence[SearchQuery]) -> list[list[Hit]]:
+        """Several queries planned as one batch; one hit list per query, in order."""
 
     def scroll(self, agent_id: str | None = None, with_vectors: bool = False, page: int = 256,
                session_id: str | None = None) -> Iterator[tuple[str, dict[str, object], StoredPoint | None]]:
@@ -139,6 +150,8 @@ def filter_conditions(query: SearchQuery) -> list[Condition]:
         conditions.append(Condition("role", any_of=list(query.roles)))
     if query.positions:
         conditions.append(Condition("position", any_of=list(query.positions)))
+    if query.min_position is not None or query.max_position is not None:
+        conditions.append(Condition("position", between=(query.min_position, query.max_position)))
     if query.since is not None or query.until is not None:
         conditions.append(Condition("ts", between=(query.since, query.until)))
     return conditions
