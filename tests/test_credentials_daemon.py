@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pyrage
 
-from tests.daemon_harness import header, message, running_daemon, wait_for
+from tests.daemon_harness import header, message, running_daemon
 from tests.secret_corpus import generate_corpus
 from veritas_watch.features.credentials import INDEX_FILE, read_index
 

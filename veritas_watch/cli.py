@@ -63,13 +63,27 @@ def daemon_file(config: Config) -> Path:
     return config.data_dir / "daemon.json"
 
 
+SYSTEM_DAEMON_FILE = Path("/var/lib/veritas-watch/daemon.json")  # the system unit's StateDirectory=
+
+
 def running_daemon(config: Config) -> str | None:
-    """The base URL of a live daemon for this data dir, or None."""
-    try:
-        info = json.loads(daemon_file(config).read_text())
-        os.kill(int(info["pid"]), 0)
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    """The base URL of a live daemon for this data dir (else the system service's), or None."""
+    candidates = [daemon_file(config)]
+    if not os.environ.get("VERITAS_WATCH_DATA_DIR") and not config.paths.data_dir.startswith("/var/lib"):
+        candidates.append(SYSTEM_DAEMON_FILE)
+    for path in candidates:
+        try:
+            info = json.loads(path.read_text())
+            os.kill(int(info["pid"]), 0)
+        except PermissionError:
+            pass  # alive, as another user (the system service)
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        return _healthy(info)
+    return None
+
+
+def _healthy(info: dict[str, Any]) -> str | None:
     base = f"http://{info['host']}:{info['port']}"
     try:
         with urllib.request.urlopen(base + "/health", timeout=2):

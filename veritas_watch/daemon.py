@@ -120,13 +120,14 @@ class Daemon:
         state_dir = self.config.state_dir
         if not state_dir.is_dir():
             log.warning("state_dir_missing", path=str(state_dir), hint="waiting for OpenClaw to create it")
-        self.rt = await self._open_with_retry()
-        rt = self.rt
-        self.gaps = GapService.open(self.config)
-        self.capture = CredentialCapture(self.config) if self.config.credentials.enabled else None
+        # Signals first: a SIGTERM during a long start-up (model load, store migration) stops cleanly after it.
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_stop_signal)
         loop.add_signal_handler(signal.SIGHUP, self._on_reload)
+        self.rt = await self._open_with_retry()
+        rt = self.rt
+        self.gaps = GapService.open(self.config, on_detected=self.metrics.record_gap_detected)
+        self.capture = CredentialCapture(self.config) if self.config.credentials.enabled else None
         self.watcher = ChangeWatcher(state_dir, self.hint, force_polling=self.config.watch.force_polling,
                                      poll_interval=self.config.watch.poll_interval)
         if not self.once:
@@ -184,7 +185,7 @@ class Daemon:
                 return await asyncio.to_thread(open_runtime, self.config, self.commit_batch, self.wrap_store,
                                                self.metrics.observe_store_latency)
             except StoreError as exc:
-                if not self.config.store.url:
+                if not self.config.store.url or self.stop_event.is_set():
                     raise
                 attempt += 1
                 log.error("store_retry", attempt=attempt, backoff_s=round(delay, 2), error=str(exc)[:300],
@@ -412,8 +413,10 @@ class Daemon:
         rate = self.metrics.rate.update(time.monotonic(), stats.stored)  # over the last 30 s, not since start
         store = "down" if stats.store_down_since is not None else "ok"
         gaps = len(self.gaps.open_gaps()) if self.gaps is not None else 0
+        sqlite_lag = sum(h.lag_rows for h in list(self.rt.sqlite.health.values()))
         return (f"agents={len(agents)} files={len(files)} entries/s={rate:.1f} backlog={self.backlog_bytes()}B "
-                f"gaps={gaps} stored={stats.stored} queue={self.rt.sink.queue.qsize()} store={store}")
+                f"sqlite_lag={sqlite_lag} gaps={gaps} stored={stats.stored} queue={self.rt.sink.queue.qsize()} "
+                f"store={store}")
 
 
 def watchdog_stall_after(environ: Mapping[str, str]) -> float:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -39,12 +40,13 @@ class GapService:
     config: Config
     detector: GapDetector
     store: GapStore
+    on_detected: Callable[[str], None] | None = None  # metrics: one call per new gap, with the agent id
     startup: list[EndedSession] = field(default_factory=list)
     first_pass_done: bool = False
     _last_archive: float = 0.0
 
     @classmethod
-    def open(cls, config: Config) -> GapService | None:
+    def open(cls, config: Config, on_detected: Callable[[str], None] | None = None) -> GapService | None:
         gaps = config.gaps
         if not gaps.enabled:
             return None
@@ -53,7 +55,7 @@ class GapService:
 
         detector = GapDetector(store, gaps.on_gap or None, gaps.hook_timeout, resolve_zone(gaps.timezone or None),
                                tolerance=timedelta(seconds=gaps.tolerance))
-        return cls(config, detector, store)
+        return cls(config, detector, store, on_detected)
 
     def workspace(self, agent_id: str) -> Path:
         state_dir = self.config.state_dir
@@ -80,8 +82,9 @@ class GapService:
             return  # cron runs (the sync itself among them) and empty sessions need no sync
         ended = EndedSession(agent_id, session_id, transcript, ended_at, self.workspace(agent_id))
         if self.first_pass_done:
-            await self.detector.session_ended(ended.agent_id, ended.session_id, ended.transcript, ended.ended_at,
-                                              ended.workspace)
+            gap = await self.detector.session_ended(ended.agent_id, ended.session_id, ended.transcript,
+                                                    ended.ended_at, ended.workspace)
+            self._count([gap] if gap is not None else [])
         else:
             self.startup.append(ended)
 
@@ -94,10 +97,15 @@ class GapService:
                                      cursor.path, cursor.last_entry_ts, cursor.session_kind)
         if idle and not self.first_pass_done:
             self.first_pass_done = True
-            await self.detector.startup_scan(self.startup)
+            self._count(await self.detector.startup_scan(self.startup))
             self.startup = []
         await self.detector.tick(datetime.now(UTC))
         await self._archive_if_due()
+
+    def _count(self, gaps: list[Gap]) -> None:
+        if self.on_detected is not None:
+            for gap in gaps:
+                self.on_detected(gap.agent_id)
 
     async def _archive_if_due(self) -> None:
         gaps = self.config.gaps
