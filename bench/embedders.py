@@ -34,8 +34,11 @@ from typing import Any
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-LOCOMO = REPO.parent / "shared" / "fixtures" / "locomo" / "locomo10-dev.json"
 sys.path.insert(0, str(REPO))
+
+from tests.fixture_paths import shared_dir  # noqa: E402  (after the path set-up above)
+
+LOCOMO = (shared_dir() or REPO.parent / "shared") / "fixtures" / "locomo" / "locomo10-dev.json"
 
 SCORED_CATEGORIES = (1, 2, 3, 4)
 EVIDENCE_ID = re.compile(r"D:?(\d+):(\d+)")  # repairs 'D:11:26'; 'D8:6; D9:17' yields two ids
