@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import faulthandler
 import json
 import os
 import shutil
@@ -435,7 +436,15 @@ class InProcessDaemon(DaemonClient):
         with contextlib.suppress(RuntimeError):
             self._loop.call_soon_threadsafe(self.daemon.stop_event.set)
         self._thread.join(timeout)
-        assert not self._thread.is_alive(), "daemon did not stop"
+        if self._thread.is_alive():
+            faulthandler.dump_traceback(all_threads=True)  # where it hangs, for the test log
+
+            async def tasks() -> str:
+                return "\n".join(f"{t.get_name()}: {t.get_stack(limit=8)}" for t in asyncio.all_tasks())
+
+            with contextlib.suppress(Exception):
+                print(asyncio.run_coroutine_threadsafe(tasks(), self._loop).result(5), file=sys.stderr)
+            raise AssertionError("daemon did not stop")
         self._thread = None
         from veritas_watch import log as logsetup
 

@@ -187,7 +187,7 @@ class TailerMachine(RuleBasedStateMachine):
 
 
 TailerMachine.TestCase.settings = settings(
-    max_examples=15, stateful_step_count=12, deadline=None,
+    max_examples=6, stateful_step_count=10, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 test_s25_random_sequences_match_model = TailerMachine.TestCase

@@ -29,11 +29,14 @@ from veritas_watch.search import (
 )
 from veritas_watch.sinks.embed import Embedder
 from veritas_watch.sinks.store import Hit, SearchMode, SearchQuery, SparseVector, Store
-from veritas_watch.transforms.tokenize import sparse_query
+from veritas_watch.transforms.tokenize import TokenizerConfig, sparse_query
 
 RESULT_FIELDS = ("score", "agent_id", "session_id", "entry_id", "role", "text", "timestamp", "source")
 CANDIDATES = 50  # per side before fusion (measured: deeper lists do not help)
 NEIGHBOUR_FETCH = 4  # points per neighbour lookup: a turn split in chunks shares one position
+# English stopwords dropped from the query only (stored vectors keep every term, so no re-index):
+# measured on LoCoMo, sparse R@10 .602 -> .637, hybrid .763 -> .772 (bench/locomo.py).
+QUERY_TOKENIZER = TokenizerConfig(query_stopwords=True)
 
 
 class CrossAgentRefused(ValueError):
@@ -76,7 +79,7 @@ def embed_request(embedder: Embedder, request: MemoryRequest) -> QueryVectors:
     """The query's vectors. Dense is needed for the floor even in sparse mode when a floor is set."""
     need_dense = request.mode != "sparse" or request.floor is not None
     dense = embedder.embed_query(request.text).tolist() if need_dense else None
-    sparse = sparse_query(request.text) if request.mode != "dense" else None
+    sparse = sparse_query(request.text, QUERY_TOKENIZER) if request.mode != "dense" else None
     return QueryVectors(dense, SparseVector(sparse.indices, sparse.values) if sparse else None)
 
 

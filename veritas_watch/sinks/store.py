@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
+from veritas_watch.transforms.tokenize import SparseVec
+
 # Bump when the collection layout changes; `open_store` migrates older data instead of failing.
 SCHEMA_VERSION = 1
 DENSE = "dense"
@@ -25,14 +27,12 @@ SearchMode = Literal["dense", "sparse", "hybrid"]
 PositionOrder = Literal["asc", "desc"]
 
 
+# One sparse-vector type from the tokenizer to the engines (sorted unique term ids, one weight each).
+SparseVector = SparseVec
+
+
 class StoreError(RuntimeError):
     """The store did not acknowledge an operation (down, disk full, locked, ...)."""
-
-
-@dataclass(frozen=True, slots=True)
-class SparseVector:
-    indices: tuple[int, ...]
-    values: tuple[float, ...]
 
 
 @dataclass(frozen=True, slots=True)
