@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 import statistics
 import sys
 import tempfile
@@ -236,7 +237,8 @@ def main() -> int:
     write_transcripts(state_dir, turns)
     print(f"{len({t.agent for t in turns})} agents, {len(turns)} turns, {len(questions)} questions; work dir {work}",
           flush=True)
-    config = {"search": {"loop_hint_after": 0, "loop_stop_after": 0}, "log": {"format": "json"}}
+    config: dict[str, dict[str, object]] = {"search": {"loop_hint_after": 0, "loop_stop_after": 0},
+                                            "log": {"format": "json"}}
     daemon = DaemonProcess(state_dir, data_dir, config=config)
     started = time.perf_counter()
     daemon.start()
@@ -272,6 +274,8 @@ def main() -> int:
             print(f"  {setup}: R@10 {m['metrics']['all']['R@10']:.3f}, p50 {m['p50_ms']:.0f} ms", flush=True)
     finally:
         daemon.stop()
+        if args.keep is None:
+            shutil.rmtree(work, ignore_errors=True)
     print_tables(figures, setups)
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -47,11 +49,13 @@ class TokenDaemon(DaemonProcess):
         request = urllib.request.Request(self.base + path, data=body, headers=headers, method=method)
         try:
             with urllib.request.urlopen(request, timeout=60) as response:
-                raw = response.read()
-                return response.status, json.loads(raw) if raw.strip().startswith((b"{", b"[")) else raw
+                status, raw = response.status, response.read()
         except urllib.error.HTTPError as err:
-            raw = err.read()
-            return err.code, json.loads(raw) if raw.strip().startswith(b"{") else raw
+            status, raw = err.code, err.read()
+        try:
+            return status, json.loads(raw)
+        except ValueError:
+            return status, raw  # not one JSON document (the /export stream)
 
     def get(self, path: str) -> Any:
         status, answer = self.call("GET", path)
@@ -66,7 +70,7 @@ class TokenDaemon(DaemonProcess):
     def export_http(self, agent: str | None = None) -> list[dict[str, Any]]:
         status, raw = self.call("GET", "/export" + (f"?agent={agent}" if agent else ""))
         assert status == 200
-        text = raw.decode() if isinstance(raw, bytes) else json.dumps(raw)
+        text = raw.decode() if isinstance(raw, bytes) else json.dumps(raw)  # a single point parses whole
         return [json.loads(r) for r in text.splitlines() if r.strip()]
 
 
@@ -108,9 +112,12 @@ def write_agents(state_dir: Path) -> dict[str, set[str]]:
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TokenDaemon, dict[str, set[str]]]]:
     root = tmp_path_factory.mktemp("memory-api")
     texts = write_agents(root / "state")
-    config = {"http": {"token": TOKEN},
-              "search": {"loop_window": 3600.0, "loop_hint_after": HINT_AFTER, "loop_stop_after": STOP_AFTER}}
-    proc = TokenDaemon(root / "state", root / "data", config=config).start()
+    config: dict[str, dict[str, object]] = {
+        "http": {"token": TOKEN},
+        "search": {"loop_window": 3600.0, "loop_hint_after": HINT_AFTER, "loop_stop_after": STOP_AFTER},
+    }
+    proc = TokenDaemon(root / "state", root / "data", config=config)
+    proc.start()
     try:
         proc.wait_idle(timeout=180)
         yield proc, texts
@@ -261,3 +268,27 @@ def test_an_unrelated_query_returns_nothing(daemon: tuple[TokenDaemon, dict[str,
         assert client.post("/memory/search", body)["results"] == []
         assert client.post("/memory/context", body)["context"] == ""
         assert client.post("/memory/search", {**body, "floor": False})["results"]  # noise, without the floor
+
+
+def test_cli_search_through_the_daemon_then_offline(tmp_path: Path) -> None:
+    """`veritas-watch search` asks the running daemon, and opens the store itself once it stopped."""
+    state = tmp_path / "state"
+    for agent, topic in (("alpha", "harbor lantern"), ("beta", "harbor lantern")):
+        sessions = state / "agents" / agent / "sessions"
+        sessions.mkdir(parents=True)
+        (sessions / "s.jsonl").write_bytes(header("s") + b"".join(
+            message(f"m{n}", "user", f"{agent} fixed the {topic} number {n}") for n in range(3)))
+    proc = TokenDaemon(state, tmp_path / "data", config={"http": {"token": TOKEN}})
+    proc.start()
+    try:
+        proc.wait_idle(timeout=120)
+        online = json.loads(proc.cli("search", "--agent", "alpha", "--json", "harbor lantern").stdout)
+        assert (proc.data_dir / "daemon.json").exists()
+    finally:
+        proc.stop()
+    offline = json.loads(proc.cli("search", "--agent", "alpha", "--json", "harbor lantern").stdout)
+    assert online and [r["id"] for r in online] == [r["id"] for r in offline]
+    assert {r["agent_id"] for r in online} == {"alpha"}
+    refused = subprocess.run([sys.executable, "-m", "veritas_watch.cli", "search", "harbor"], env=proc.env,
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "--agent is required" in refused.stderr

@@ -41,7 +41,8 @@ def test_workspace_resolution(tmp_path: Path) -> None:
     assert workspace_for(tmp_path, "ops", config) == Path("/w/ops")
     # "ops" is listed first, so it is the default agent; the others live under the defaults' dir.
     assert workspace_for(tmp_path, "main", config) == Path("/w/main/main")
-    assert workspace_for(tmp_path, "main", None, home=tmp_path / "home") == tmp_path / "home" / ".openclaw" / "workspace"
+    home = tmp_path / "home"
+    assert workspace_for(tmp_path, "main", None, home=home) == home / ".openclaw" / "workspace"
 
 
 @pytest.mark.parametrize(

@@ -72,3 +72,17 @@ def test_no_secret_reaches_store_logs_status_search_or_index(tmp_path: Path) -> 
     assert len(decrypted & values) >= 0.9 * len(values)
     texts = "\n".join(item.text for item in corpus)
     assert all(value in texts for value in decrypted)  # every vaulted value really was in a message
+
+
+def test_memory_add_indexes_a_key_told_to_it(tmp_path: Path) -> None:
+    state, data = tmp_path / "state", tmp_path / "data"
+    (state / "agents" / "ops" / "sessions").mkdir(parents=True)
+    key = "sk-" + "Zq8vN2mKp4Xr7Tb1Wc9Ye3Hd6Lf0Sg5A"
+    with running_daemon(state, data) as daemon:
+        text = f"The DeepSeek key is export DEEPSEEK_API_KEY={key}"
+        reply = daemon.post("/memory/add", {"agent_id": "ops", "text": text})
+        assert reply["redactions"] >= 1
+        stored = daemon.export("ops")
+    rows = read_index(state / "workspace-ops" / INDEX_FILE)
+    assert rows and any("memory/add" in r.location for r in rows)
+    assert key not in json.dumps(stored) and key not in daemon.log_text()

@@ -100,6 +100,9 @@ def test_the_floor_gates_on_the_best_dense_cosine(store: Store) -> None:
     far = run_search(store, MemoryRequest("a", "unrelated", 5, floor=0.99),
                      QueryVectors(unit(999), SparseVector((11,), (1.0,))))
     assert far == []
+    keyword = run_search(store, MemoryRequest("a", "ferry", 5, mode="sparse", floor=0.99),
+                         QueryVectors(None, SparseVector((11,), (1.0,))))
+    assert keyword  # a keyword search has no dense side to gate on
 
 
 def test_search_batch_keeps_order_and_answers_empty_queries(store: Store) -> None:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
 from tests.daemon_harness import InProcessDaemon, Ledger, append, assert_store_matches, line
 
@@ -85,6 +85,10 @@ class TailerMachine(RuleBasedStateMachine):
 
     # -- rules -----------------------------------------------------------------------------------
 
+    @initialize(session=st.sampled_from(SESSIONS), entries=st.integers(0, 3))
+    def first_file(self, session: str, entries: int) -> None:
+        self.create(session, entries)
+
     @rule(session=st.sampled_from(SESSIONS), entries=st.integers(0, 2))
     def create(self, session: str, entries: int) -> None:
         name = f"{session}.jsonl"
@@ -118,12 +122,12 @@ class TailerMachine(RuleBasedStateMachine):
         self._write(name, data[:split])
 
     @precondition(lambda self: any(n.endswith(".jsonl") for n in self.files))
-    @rule(pick=st.integers(0, 99))
-    def rename_to_reset(self, pick: int) -> None:
-        """/new or /reset: the live file becomes an archive; its writer may still append to it."""
+    @rule(pick=st.integers(0, 99), kind=st.sampled_from(["reset", "deleted"]))
+    def rename_to_reset(self, pick: int, kind: str) -> None:
+        """/new, /reset or a session delete: the live file becomes an archive; its writer may still append."""
         name = self._pick(pick, live_only=True)
         self.archives += 1
-        archived = f"{name}.reset.2026-03-20T10-{self.archives // 60:02d}-{self.archives % 60:02d}.000Z"
+        archived = f"{name}.{kind}.2026-03-20T10-{self.archives // 60:02d}-{self.archives % 60:02d}.000Z"
         self._path(name).rename(self._path(archived))
         self.files[archived] = self.files.pop(name)
 
@@ -187,7 +191,7 @@ class TailerMachine(RuleBasedStateMachine):
 
 
 TailerMachine.TestCase.settings = settings(
-    max_examples=6, stateful_step_count=10, deadline=None,
+    max_examples=20, stateful_step_count=15, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 test_s25_random_sequences_match_model = TailerMachine.TestCase

@@ -231,8 +231,11 @@ class Daemon:
                     self.stop_event.set()
                     return
             if not busy:
+                # [tailer helper, issue 3] asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a
+                # cancel that lands as the hint fires, and shutdown then waits on this task forever.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.hint.wait(), interval)
+                    async with asyncio.timeout(interval):
+                        await self.hint.wait()
                 self.hint.clear()
                 await asyncio.sleep(0.005)  # let a burst of events settle into one sweep
 

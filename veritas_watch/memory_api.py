@@ -12,6 +12,7 @@ The loop guard counts /memory/search and /memory/context per agent (`search.loop
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import time
@@ -23,6 +24,7 @@ from aiohttp import web
 
 from veritas_watch.api import BadRequest, _daemon, _field, _json_body
 from veritas_watch.model import Entry, SourceRef, iso_to_epoch
+from veritas_watch.pipeline import Found, make_points
 from veritas_watch.query import (
     CrossAgentRefused,
     MemoryHit,
@@ -36,7 +38,7 @@ from veritas_watch.query import (
 from veritas_watch.search import STOP_SEARCHING_HINT, SearchLoopGuard, floor_for
 from veritas_watch.sinks.store import StoreError
 from veritas_watch.transforms.chunk import chunk_entry
-from veritas_watch.transforms.redact import redact
+from veritas_watch.transforms.redact import redact_with_matches
 
 if TYPE_CHECKING:
     from veritas_watch.daemon import Daemon
@@ -196,10 +198,17 @@ async def memory_add(request: web.Request) -> web.Response:
         raise BadRequest("field metadata must be a JSON object")
     assert daemon.rt is not None
     rt = daemon.rt
-    redacted = redact(text, rt.redact_key)
+    redacted, matches = redact_with_matches(text, rt.redact_key)
     entry_id = "k" + hashlib.blake2b(redacted.text.encode(), digest_size=10).hexdigest()
-    entry = Entry(agent_id, session_id, entry_id, role, redacted.text, timestamp or _now_iso(),
-                  SourceRef("api", "api:/memory/add"), kind="knowledge")
+    source = SourceRef("api", f"api:/memory/add#{entry_id}")
+    entry = Entry(agent_id, session_id, entry_id, role, redacted.text, timestamp or _now_iso(), source,
+                  kind="knowledge")
+    capture = daemon.capture
+    if capture is not None and redacted.findings:
+        keep = capture.keeps_values
+        found = [Found(agent_id, session_id, f, source, entry.timestamp, m.value if keep else None)
+                 for f, m in zip(redacted.findings, matches, strict=True)]
+        await asyncio.to_thread(capture.capture, found)  # a key told to /memory/add is indexed too
     emb = daemon.config.embedding
     chunks = chunk_entry(entry, emb.chunk_chars, emb.chunk_overlap)
     items = []
@@ -208,7 +217,6 @@ async def memory_add(request: web.Request) -> web.Response:
         if metadata:
             payload["metadata"] = metadata
         items.append((chunk.point_id, chunk.embed_text, chunk.text, payload))
-    from veritas_watch.pipeline import make_points
 
     sink = rt.sink
     points = await sink.in_embed_thread(lambda: make_points(sink.embedder, items))

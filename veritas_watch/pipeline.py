@@ -20,7 +20,7 @@ import structlog
 
 from veritas_watch.model import Chunk, Entry, ParseError, RawRecord, SecretFinding, SessionState, Skip, SourceRef
 from veritas_watch.sinks.embed import Embedder
-from veritas_watch.sinks.store import SearchQuery, SparseVector, Store, StoredPoint, StoreMeta, store_meta_for
+from veritas_watch.sinks.store import SparseVector, Store, StoredPoint, StoreMeta, store_meta_for
 from veritas_watch.transforms.chunk import chunk_entry
 from veritas_watch.transforms.denoise import (
     clean_message,
@@ -31,7 +31,7 @@ from veritas_watch.transforms.denoise import (
 )
 from veritas_watch.transforms.parse import parse_line
 from veritas_watch.transforms.redact import redact_with_matches
-from veritas_watch.transforms.tokenize import SPARSE_SCHEME, sparse_document, sparse_query
+from veritas_watch.transforms.tokenize import SPARSE_SCHEME, sparse_document
 
 log = structlog.get_logger()
 T = TypeVar("T")
@@ -279,13 +279,6 @@ class Sink:
 
     def to_points(self, chunks: Sequence[Chunk]) -> list[StoredPoint]:
         return make_points(self.embedder, [(c.point_id, c.embed_text, c.text, c.payload()) for c in chunks])
-
-    def query_vectors(self, text: str) -> tuple[list[float], SparseVector]:
-        sparse = sparse_query(text)
-        return self.embedder.embed_query(text).tolist(), SparseVector(sparse.indices, sparse.values)
-
-    async def search(self, query: SearchQuery) -> list[object]:
-        return list(await self.in_store_thread(lambda: self.store.search(query)))
 
     async def drain(self, timeout: float) -> bool:
         """Wait until every queued unit is stored and committed (shutdown, backfill)."""

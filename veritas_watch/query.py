@@ -53,7 +53,7 @@ class MemoryRequest:
     since: float | None = None  # epoch seconds, inclusive
     until: float | None = None
     expand: bool = True  # neighbouring turns of the best hits join the results
-    floor: float | None = None  # best dense cosine below this: no results (None: no floor)
+    floor: float | None = None  # best dense cosine below this: no results (None: no floor; sparse mode: none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,9 +76,8 @@ def check_agent(agent_id: str | None, allow_cross_agent: bool) -> None:
 
 
 def embed_request(embedder: Embedder, request: MemoryRequest) -> QueryVectors:
-    """The query's vectors. Dense is needed for the floor even in sparse mode when a floor is set."""
-    need_dense = request.mode != "sparse" or request.floor is not None
-    dense = embedder.embed_query(request.text).tolist() if need_dense else None
+    """The query's vectors (sparse mode: no dense vector, hence no floor: a keyword match is its own evidence)."""
+    dense = embedder.embed_query(request.text).tolist() if request.mode != "sparse" else None
     sparse = sparse_query(request.text, QUERY_TOKENIZER) if request.mode != "dense" else None
     return QueryVectors(dense, SparseVector(sparse.indices, sparse.values) if sparse else None)
 
@@ -172,7 +171,7 @@ def run_search(store: Store, request: MemoryRequest, vectors: QueryVectors,
     results = store.search_batch(queries) if queries else []
     dense = results[0] if vectors.dense is not None else []
     sparse = results[-1] if request.mode != "dense" and vectors.sparse is not None else []
-    if request.floor is not None and not passes_floor(dense[0].score if dense else None,
+    if request.floor is not None and request.mode != "sparse" and not passes_floor(dense[0].score if dense else None,
                                                       dataclasses.replace(ranking, floor=request.floor)):
         return []
     payloads = {h.id: h.payload for h in (*dense, *sparse)}
