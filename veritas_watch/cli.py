@@ -116,6 +116,9 @@ def cmd_run(config: Config, once: bool) -> int:
     except StoreError as exc:
         print(f"veritas-watch: store error: {exc}", file=sys.stderr)
         return 1
+    except OSError as exc:  # e.g. the HTTP port is taken, the data dir is not writable
+        print(f"veritas-watch: {exc}", file=sys.stderr)
+        return 1
 
 
 def _open_offline(config: Config) -> tuple[Any, Any]:

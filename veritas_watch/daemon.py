@@ -20,6 +20,7 @@ import sdnotify
 import structlog
 
 from veritas_watch import log as logsetup
+from veritas_watch.api import start_http
 from veritas_watch.config import Config, load_config
 from veritas_watch.features.capture import CredentialCapture
 from veritas_watch.features.gap_service import GapService
@@ -132,8 +133,6 @@ class Daemon:
                                      poll_interval=self.config.watch.poll_interval)
         if not self.once:
             self.watcher.start(loop)
-        from veritas_watch.api import start_http
-
         http = None if self.once or not self.config.http.enabled else await start_http(self)
         sink_task = asyncio.create_task(rt.sink.run(), name="sink")
         self.notifier.notify("READY=1")
