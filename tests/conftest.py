@@ -1,0 +1,19 @@
+"""Fixtures shared by several test files."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.backends import BACKENDS, open_backend
+from veritas_watch.sinks.store import Store
+
+
+@pytest.fixture(params=BACKENDS)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    """An empty store, once per backend (tests/backends.py); closed after the test."""
+    backend = open_backend(request.param, tmp_path)
+    yield backend
+    backend.close()
