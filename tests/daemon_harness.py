@@ -29,11 +29,12 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVarTuple
 
 from veritas_watch.model import point_id
 from veritas_watch.openclaw import classify_transcript, iter_agents
@@ -201,7 +202,7 @@ class DaemonClient:
 
     def export_http(self, agent: str | None = None) -> list[dict[str, Any]]:
         """`/export` of the running daemon (what `veritas-watch export` streams), parsed."""
-        query = f"?agent={urllib.request.quote(agent)}" if agent else ""
+        query = f"?agent={urllib.parse.quote(agent)}" if agent else ""
         with urllib.request.urlopen(self.base + "/export" + query, timeout=120) as response:
             return [json.loads(raw) for raw in response.read().decode().splitlines() if raw.strip()]
 
@@ -241,7 +242,9 @@ class DaemonClient:
         status = self.status()
         return status["backlog_bytes"] == 0 and status["queue"] == 0 and not self.unread_on_disk()
 
-    def wait_idle(self, timeout: float = 120.0) -> None:
+    def wait_idle(self, timeout: float | None = None) -> None:
+        # $VERITAS_TEST_IDLE_TIMEOUT shortens the wait when a broken build is expected to fail fast.
+        timeout = timeout if timeout is not None else float(os.environ.get("VERITAS_TEST_IDLE_TIMEOUT", "120"))
         deadline = time.monotonic() + timeout
         while True:
             left = max(1.0, deadline - time.monotonic())
@@ -298,8 +301,12 @@ class DaemonProcess(DaemonClient):
         self.proc = subprocess.Popen([*self.wrapper, sys.executable, "-m", "veritas_watch.cli", *(args or ("run",))],
                                      env=self.env, stdout=self._log_handle, stderr=subprocess.STDOUT)
         if wait and (not args or args[0] == "run"):
-            wait_for(self._ready, timeout=120, what="daemon ready")
+            self.wait_ready()
         return self
+
+    def wait_ready(self, timeout: float = 120) -> None:
+        """Until the HTTP port is published (the daemon is up); fails if the process exits first."""
+        wait_for(self._ready, timeout=timeout, what="daemon ready")
 
     def _ready(self) -> bool:
         if self.proc is not None and self.proc.poll() is not None:
@@ -357,10 +364,13 @@ class DaemonProcess(DaemonClient):
         return [e for e in self.log_events() if e.get("event") == name]
 
 
+_Ts = TypeVarTuple("_Ts")
+
+
 class _ThreadLoop(asyncio.SelectorEventLoop):
     """An event loop for a background thread: signal handlers belong to the main thread."""
 
-    def add_signal_handler(self, sig: int, callback: Callable[..., object], *args: Any) -> None:
+    def add_signal_handler(self, sig: int, callback: Callable[[*_Ts], object], *args: *_Ts) -> None:
         return None
 
 

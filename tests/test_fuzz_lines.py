@@ -46,10 +46,11 @@ def bad_line(rng: random.Random, kind: str) -> tuple[bytes, str]:
         return b'{"type": "message", "id": "u", "note": "' + bad + junk.replace('"', "").encode() + b'"}', \
             "invalid_utf8"
     if kind == "wrong_field_type":
-        options = [{"type": rng.randint(0, 9)}, {"type": "message", "message": [junk]},
-                   {"type": "message", "message": {"role": 5, "content": "hi"}},
-                   {"type": "message", "message": {"role": "user", "content": rng.randint(0, 9)}}]
-        return json.dumps(rng.choice(options)).encode(), "wrong_field_type"
+        shapes: list[dict[str, object]] = [
+            {"type": rng.randint(0, 9)}, {"type": "message", "message": [junk]},
+            {"type": "message", "message": {"role": 5, "content": "hi"}},
+            {"type": "message", "message": {"role": "user", "content": rng.randint(0, 9)}}]
+        return json.dumps(rng.choice(shapes)).encode(), "wrong_field_type"
     if kind == "too_deep":
         depth = rng.randint(3000, 60000)
         if rng.random() < 0.5:

@@ -67,6 +67,17 @@ def cursor_keys_under(client: DaemonClient, book: Ledger) -> set[str]:
     return {key for key, c in client.cursors().items() if c.agent_id == book.agent}
 
 
+def entry_of_length(book: Ledger, session: str, length: int, role: str = "user") -> bytes:
+    """A new entry whose line is exactly `length` bytes long (so it can end where an old line ended)."""
+    bare = book.entry(session, role=role, text="")
+    entry_id = json.loads(bare)["id"]
+    text = f"exact {entry_id} " + "x" * (length - len(bare) - len(f"exact {entry_id} "))
+    book.expected[(session, entry_id)] = text
+    sized = message(entry_id, role, text)
+    assert len(sized) == length, (len(sized), length)
+    return sized
+
+
 def archive_name(path: Path, kind: str, n: int = 0) -> Path:
     """OpenClaw's archive name: `<id>.jsonl.<kind>.<ISO time with ':' as '-'>`."""
     return path.with_name(f"{path.name}.{kind}.2026-03-20T10-{30 + n:02d}-00.000Z")
@@ -197,10 +208,26 @@ def test_s09_truncation_in_place_running(live: DaemonProcess) -> None:
     live.wait_idle()
     assert_store_matches(live, book)
 
-    # Pruned and grown past the old offset before the daemon looks (it is frozen meanwhile):
-    # the size and the head are no help, only the check of the last line read can tell.
+    # Pruned, and a message exactly as long as the pruned turn written in its place, before the
+    # daemon looks (it is frozen): same size as before, same head, and the same last 32 bytes
+    # (every message line ends in the same JSON), so only a check of the whole last line tells.
     before = path.stat().st_size
     append(path, message("hb-beat3", "user", HEARTBEAT_PROMPT) + message("hb-ok3", "assistant", "HEARTBEAT_OK"))
+    live.wait_idle()
+    pruned = path.stat().st_size - before
+    live.pause()
+    try:
+        os.truncate(path, before)
+        append(path, entry_of_length(book, "hb", pruned))
+    finally:
+        live.resume()
+    live.wait_idle()
+    assert_store_matches(live, book)
+    assert path.read_bytes()[-32:] == message("hb-ok3", "assistant", "HEARTBEAT_OK")[-32:]
+
+    # Pruned and grown past the old offset before the daemon looks.
+    before = path.stat().st_size
+    append(path, message("hb-beat4", "user", HEARTBEAT_PROMPT) + message("hb-ok4", "assistant", "HEARTBEAT_OK"))
     live.wait_idle()
     old_offset = path.stat().st_size
     live.pause()
@@ -435,8 +462,9 @@ def test_s23_long_lines_bad_utf8_bad_json(live: DaemonProcess) -> None:
     ]
     content = book.header("mixed")
     offsets: dict[int, tuple[int, str]] = {}  # line number -> (offset, reason)
-    pieces = [book.entry("mixed"), bad[0], big_valid, book.entry("mixed", role="assistant"), bad[1], bad[2],
-              book.entry("mixed"), bad[3], book.entry("mixed"), bad[4], book.entry("mixed", role="assistant")]
+    pieces: list[bytes | tuple[bytes, str]] = [
+        book.entry("mixed"), bad[0], big_valid, book.entry("mixed", role="assistant"), bad[1], bad[2],
+        book.entry("mixed"), bad[3], book.entry("mixed"), bad[4], book.entry("mixed", role="assistant")]
     for piece in pieces:
         if isinstance(piece, tuple):
             offsets[content.count(b"\n") + 1] = (len(content), piece[1])
@@ -512,12 +540,15 @@ def _rewrite_before(book: Ledger) -> None:
 
 
 def _rewrite_down(book: Ledger, data_dir: Path) -> None:
-    """Same first 1024+ bytes, then other lines, and longer than before: only the tail check sees it."""
+    """Same first 1024+ bytes, then other lines, one ending exactly at the old offset, and longer
+    than before: neither the size nor the head nor the last 32 bytes tell; the last line does."""
     path = book.path("regrow")
     old = path.stat().st_size
     os.truncate(path, book.notes["cut"])
-    while path.stat().st_size <= old + 10:
-        append(path, book.entry("regrow", pad=3))
+    append(path, book.entry("regrow", pad=3))
+    append(path, entry_of_length(book, "regrow", old - path.stat().st_size))
+    assert path.stat().st_size == old
+    append(path, book.entry("regrow", pad=3))
 
 
 def _reuse_before(book: Ledger) -> None:
@@ -795,3 +826,47 @@ def test_harness_idle_barrier_sees_unread_lines(live: DaemonProcess) -> None:
     live.wait_idle()
     assert_store_matches(live, book)
     assert read_cursors(live.data_dir)[file_key(path)].offset == path.stat().st_size
+
+
+# -- the tailer's handle budget (many archived sessions, a low RLIMIT_NOFILE) ---------------------------
+
+def test_idle_handles_closed_and_reopened_without_losing_identity(tmp_path: Path) -> None:
+    """Past `max_open_files`, fully read files lose their handle; a change reopens them (same inode
+    checked), a rename is still followed, and a delete is still noticed."""
+    from veritas_watch.openclaw import AgentDirs
+    from veritas_watch.sources.jsonl import JsonlTailer
+
+    sessions = tmp_path / "agents" / "a" / "sessions"
+    sessions.mkdir(parents=True)
+    agents = [AgentDirs("a", sessions, tmp_path / "agents" / "a" / "agent" / "x.sqlite")]
+    for i in range(8):
+        (sessions / f"f{i}.jsonl").write_bytes(header(f"f{i}") + message(f"m{i}", "user", f"text {i}"))
+    tailer = JsonlTailer(tmp_path, {}, max_line_bytes=1 << 20, read_chunk_bytes=1 << 16, max_open_files=3)
+
+    def pump() -> list[tuple[str, int]]:
+        read = []
+        for tracked in tailer.sweep(agents).changed:
+            while (unit := tailer.read(tracked)) is not None:
+                read += [(Path(r.source.path).name, r.source.line or 0) for r in unit.records]
+                tailer.mark_committed(unit)
+        return read
+
+    try:
+        assert len(pump()) == 16
+        pump()
+        assert sum(t.fd is not None for t in tailer.files.values()) == 3
+        closed = next(t for t in tailer.files.values() if t.fd is None)
+        name = Path(closed.read.path)
+        append(name, message("late", "assistant", "appended to a closed file"))
+        assert pump() == [(name.name, 3)]
+        renamed = name.with_name(name.name + ".reset.2026-03-20T10-00-00.000Z")
+        name.rename(renamed)
+        append(renamed, message("later", "user", "after the rename"))
+        assert pump() == [(renamed.name, 4)]
+        victim = next(t for t in tailer.files.values() if t.fd is None)
+        key = victim.key
+        Path(victim.read.path).unlink()
+        dropped = tailer.sweep(agents).dropped + tailer.sweep(agents).dropped
+        assert key in dropped and key not in tailer.files
+    finally:
+        tailer.close()

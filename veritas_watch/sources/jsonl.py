@@ -345,6 +345,9 @@ class JsonlTailer:
         with self._lock:
             tracked.generation = next(self._generations)
             tracked.read = FileCursor(cursor.key, cursor.path, cursor.agent_id)
+            # Nothing of the new content is stored yet, whatever was committed for the old one: if
+            # the new content has no complete line, no unit will ever come to move `committed`.
+            tracked.committed = dataclasses.replace(tracked.read)
             tracked.partial_size = -1
             tracked.scan_start = -1
 

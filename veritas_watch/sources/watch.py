@@ -61,7 +61,8 @@ class _WatchdogLogBridge(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         message = record.getMessage()
         if "overflow" in message.lower():
-            self._on_overflow()
+            if "lost" in message:  # one record per overflow (a second one says watches are being rebuilt)
+                self._on_overflow()
         elif record.levelno >= logging.ERROR:
             self._on_error(message[:300])
 
