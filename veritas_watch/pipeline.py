@@ -206,7 +206,8 @@ class Sink:
                         if work.cleanup is not None:
                             await self.in_store_thread(lambda cleanup=work.cleanup: cleanup(self.store))  # type: ignore[misc]
                     # Ack-then-commit: the cursors move only now, in one transaction, off the loop.
-                    await asyncio.to_thread(self._commit_batch, batch)
+                    if not await self._commit_with_retry(batch):
+                        continue
                     for work in batch:
                         if work.done is not None and not work.done.done():
                             work.done.set_result(None)
@@ -216,6 +217,25 @@ class Sink:
                     if work.done is not None and not work.done.done():
                         work.done.cancel()
                     self.queue.task_done()
+
+    async def _commit_with_retry(self, batch: list[Work]) -> bool:
+        """A failed cursor commit (disk full, I/O error) is retried: the points are stored, so waiting is safe."""
+        delay = self._retry_initial
+        attempt = 0
+        while True:
+            self.heartbeat = time.monotonic()
+            try:
+                await asyncio.to_thread(self._commit_batch, batch)
+                return True
+            except Exception as exc:
+                attempt += 1
+                if attempt <= 3 or delay >= self._retry_max:
+                    log.error("cursor_commit_failed", attempt=attempt, backoff_s=round(delay, 2),
+                              error=f"{type(exc).__name__}: {exc}"[:300])
+                if self.stopping:
+                    return False  # the units are read again next start; their points are already stored
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self._retry_max)
 
     @property
     def idle(self) -> bool:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import time
 from collections.abc import Iterable
@@ -51,7 +53,8 @@ async def daemon_status(daemon: Daemon) -> dict[str, Any]:
     assert rt is not None
     tracked = [(t.committed, t.size) for t in rt.tailer.files.values()]
     agents = agents_from_cursors(tracked)
-    await rt.sink.in_store_thread(lambda: count_entries(rt.sink.store, agents))
+    with contextlib.suppress(TimeoutError):  # a hung store write must not hang `status`: counts left empty
+        await asyncio.wait_for(rt.sink.in_store_thread(lambda: count_entries(rt.sink.store, agents)), 2.0)
     stats = rt.sink.stats
     open_gaps = daemon.gaps.open_gaps() if daemon.gaps is not None else []
     if daemon.capture is not None:
