@@ -11,7 +11,7 @@ import dataclasses
 import hashlib
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -218,54 +218,50 @@ class Sink:
                         work.done.cancel()
                     self.queue.task_done()
 
-    async def _commit_with_retry(self, batch: list[Work]) -> bool:
-        """A failed cursor commit (disk full, I/O error) is retried: the points are stored, so waiting is safe."""
-        delay = self._retry_initial
-        attempt = 0
-        while True:
-            self.heartbeat = time.monotonic()
-            try:
-                await asyncio.to_thread(self._commit_batch, batch)
-                return True
-            except Exception as exc:
-                attempt += 1
-                if attempt <= 3 or delay >= self._retry_max:
-                    log.error("cursor_commit_failed", attempt=attempt, backoff_s=round(delay, 2),
-                              error=f"{type(exc).__name__}: {exc}"[:300])
-                if self.stopping:
-                    return False  # the units are read again next start; their points are already stored
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, self._retry_max)
-
     @property
     def idle(self) -> bool:
         """Nothing queued and nothing being stored."""
         return self.queue.empty() and not self._processing
 
-    async def _store_with_retry(self, chunks: list[Chunk]) -> bool:
+    async def _retry(self, operation: Callable[[], Awaitable[None]], event: str,
+                     on_failure: Callable[[], None] | None = None, **fields: object) -> bool:
+        """Run `operation` until it succeeds (True), or the sink is stopping (False): capped exponential
+        backoff, the first failures logged each, then one line per backoff ceiling (errors without flooding)."""
         delay = self._retry_initial
         attempt = 0
         while True:
             self.heartbeat = time.monotonic()
             try:
-                await self._store(chunks)
-                if self.stats.store_down_since is not None:
-                    log.info("store_recovered", down_s=round(time.monotonic() - self.stats.store_down_since, 1))
-                    self.stats.store_down_since = None
+                await operation()
                 return True
             except Exception as exc:
                 attempt += 1
-                self.stats.store_errors += 1
-                if self.stats.store_down_since is None:
-                    self.stats.store_down_since = time.monotonic()
-                # First failures each, then one line per backoff ceiling: errors without flooding.
                 if attempt <= 3 or delay >= self._retry_max:
-                    log.error("store_retry", attempt=attempt, backoff_s=round(delay, 2), chunks=len(chunks),
-                              error=f"{type(exc).__name__}: {exc}"[:300])
+                    log.error(event, attempt=attempt, backoff_s=round(delay, 2),
+                              error=f"{type(exc).__name__}: {exc}"[:300], **fields)
+                if on_failure is not None:
+                    on_failure()
                 if self.stopping:
                     return False
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self._retry_max)
+
+    async def _store_with_retry(self, chunks: list[Chunk]) -> bool:
+        stored = await self._retry(lambda: self._store(chunks), "store_retry", self._store_failed, chunks=len(chunks))
+        if stored and self.stats.store_down_since is not None:
+            log.info("store_recovered", down_s=round(time.monotonic() - self.stats.store_down_since, 1))
+            self.stats.store_down_since = None
+        return stored
+
+    def _store_failed(self) -> None:
+        self.stats.store_errors += 1
+        if self.stats.store_down_since is None:
+            self.stats.store_down_since = time.monotonic()
+
+    async def _commit_with_retry(self, batch: list[Work]) -> bool:
+        """A failed cursor commit (disk full, I/O error) is retried: the points are stored, so waiting is safe;
+        if the sink stops first, the units are read again at the next start and cost no embedding."""
+        return await self._retry(lambda: asyncio.to_thread(self._commit_batch, batch), "cursor_commit_failed")
 
     async def _store(self, chunks: list[Chunk]) -> None:
         if not chunks:
