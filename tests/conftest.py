@@ -17,3 +17,9 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     backend = open_backend(request.param, tmp_path)
     yield backend
     backend.close()
+
+
+@pytest.fixture(autouse=True)
+def _openclaw_home_inside_the_test(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default agent's workspace is `$OPENCLAW_HOME/.openclaw/workspace`: never the real home in tests."""
+    monkeypatch.setenv("OPENCLAW_HOME", str(tmp_path / "openclaw-home"))

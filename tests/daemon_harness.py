@@ -282,6 +282,8 @@ class DaemonProcess(DaemonClient):
             "VERITAS_WATCH_DATA_DIR": str(self.data_dir),
             "VERITAS_WATCH_HTTP_PORT": "0",
             "PYTHONUNBUFFERED": "1",
+            # The default agent's workspace is home-based, as in OpenClaw: keep it inside the test's dir.
+            "OPENCLAW_HOME": str(self.state_dir.parent / "home"),
         })
         if self.config_path is not None:
             env["VERITAS_WATCH_CONFIG"] = str(self.config_path)
