@@ -255,14 +255,13 @@ def cmd_selftest(config: Config, args: argparse.Namespace) -> int:
 def cmd_creds(config: Config, args: argparse.Namespace) -> int:
     from veritas_watch.daemon import load_redact_key
     from veritas_watch.features.credentials import INDEX_FILE, find_credential, read_index
-    from veritas_watch.openclaw import iter_agents, load_openclaw_config, openclaw_home, workspace_for
+    from veritas_watch.openclaw import agent_workspace, iter_agents
 
     state_dir = config.state_dir
-    oc_config = load_openclaw_config(state_dir)
     agents = [a.agent_id for a in iter_agents(state_dir) if not args.agent or a.agent_id == args.agent]
     if args.agent and args.agent not in agents:
         agents.append(args.agent)
-    indexes = {a: workspace_for(state_dir, a, oc_config, home=openclaw_home()) / INDEX_FILE for a in agents}
+    indexes = {a: agent_workspace(state_dir, a) / INDEX_FILE for a in agents}
     if args.creds_command != "find":
         for agent_id, path in indexes.items():
             for row in read_index(path):

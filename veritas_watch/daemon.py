@@ -26,12 +26,12 @@ from veritas_watch.features.capture import CredentialCapture
 from veritas_watch.features.gap_service import GapService
 from veritas_watch.metrics import DaemonMetrics
 from veritas_watch.model import RawRecord, SessionState, SourceRef
-from veritas_watch.openclaw import AgentDirs, iter_agents
+from veritas_watch.openclaw import AgentDirs, iter_agents, session_stem
 from veritas_watch.pipeline import CommitBatch, Sink, Transformed, Work, make_points, store_meta, transform_records
 from veritas_watch.sinks.embed import Embedder, load_embedder
 from veritas_watch.sinks.factory import open_store
 from veritas_watch.sinks.store import Store, StoredPoint, StoreError
-from veritas_watch.sources.cursors import CursorStore, FileCursor
+from veritas_watch.sources.cursors import CursorStore
 from veritas_watch.sources.jsonl import JsonlTailer, ReadUnit, TrackedFile
 from veritas_watch.sources.sqlite import SqlitePoll
 from veritas_watch.sources.sqlite_feed import SqliteFeed, SqliteUnit, stale_point_cleanup
@@ -326,7 +326,7 @@ class Daemon:
         cursor = unit.cursor_after  # also the tailer's read-ahead state: the session facts carry on
         state = SessionState(cursor.session_id, cursor.session_kind, cursor.last_entry_ts,
                              "background" if cursor.turn == "background" else "conversation", cursor.previous_text)
-        out = self._transform(unit.records, state, _session_from_path(cursor.path))
+        out = self._transform(unit.records, state, session_stem(cursor.path))
         cursor.session_id, cursor.session_kind, cursor.last_entry_ts, cursor.turn, cursor.previous_text = (
             state.session_id, state.session_kind, state.last_entry_ts, state.turn, state.previous_text)
         self._log_transformed(unit.too_long, out, cursor.path)
@@ -431,15 +431,3 @@ def watchdog_stall_after(environ: Mapping[str, str]) -> float:
     if usec <= 0 or (pid and pid != str(os.getpid())):
         return 30.0
     return usec / 2_000_000
-
-
-def _session_from_path(path: str) -> str:
-    name = Path(path).name
-    return name.split(".jsonl", 1)[0]
-
-
-def cursor_lag(cursor: FileCursor) -> int:
-    try:
-        return max(0, os.stat(cursor.path).st_size - cursor.offset)
-    except OSError:
-        return 0

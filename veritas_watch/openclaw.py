@@ -147,6 +147,18 @@ def openclaw_home(environ: Mapping[str, str] | None = None) -> Path:
     return Path(env["OPENCLAW_HOME"]).expanduser() if env.get("OPENCLAW_HOME") else Path.home()
 
 
+def agent_workspace(state_dir: Path, agent_id: str, environ: Mapping[str, str] | None = None) -> Path:
+    """The agent's workspace as a running OpenClaw sees it: its openclaw.json, home and profile."""
+    env = os.environ if environ is None else environ
+    return workspace_for(state_dir, agent_id, load_openclaw_config(state_dir, env),
+                         profile=env.get("OPENCLAW_PROFILE") or None, home=openclaw_home(env))
+
+
+def session_stem(path: str | Path) -> str:
+    """The session id a transcript's file name carries (`<id>.jsonl`, `<id>.jsonl.reset.<ts>`, ...)."""
+    return Path(path).name.split(".jsonl", 1)[0]
+
+
 @dataclass(frozen=True, slots=True)
 class AgentDirs:
     agent_id: str

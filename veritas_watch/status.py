@@ -23,23 +23,26 @@ def _size(path: str) -> int | None:
         return None
 
 
+def _new_agent() -> dict[str, Any]:
+    return {"files": 0, "lag_bytes": 0, "last_entry_at": None, "entries_stored": None, "sessions": 0,
+            "open_gaps": 0, "credentials_captured": 0}
+
+
 def agents_from_cursors(cursors: Iterable[tuple[FileCursor, int | None]]) -> dict[str, dict[str, Any]]:
     """Group (cursor, current size) pairs by agent: files, lag in bytes, last entry time."""
     agents: dict[str, dict[str, Any]] = {}
+    sessions: dict[str, set[str]] = {}
     for cursor, size in cursors:
-        agent = agents.setdefault(cursor.agent_id, {
-            "files": 0, "lag_bytes": 0, "last_entry_at": None, "entries_stored": None, "sessions": set(),
-            "open_gaps": 0, "credentials_captured": 0,
-        })
+        agent = agents.setdefault(cursor.agent_id, _new_agent())
         agent["files"] += 1
         agent["lag_bytes"] += max(0, (size if size is not None else cursor.offset) - cursor.offset)
         if cursor.session_id:
-            agent["sessions"].add(cursor.session_id)
+            sessions.setdefault(cursor.agent_id, set()).add(cursor.session_id)
         newest = agent["last_entry_at"]
         if cursor.last_entry_ts and (newest is None or cursor.last_entry_ts > newest):
             agent["last_entry_at"] = cursor.last_entry_ts
-    for agent in agents.values():
-        agent["sessions"] = len(agent["sessions"])
+    for agent_id, ids in sessions.items():
+        agents[agent_id]["sessions"] = len(ids)
     return agents
 
 
@@ -62,9 +65,7 @@ async def daemon_status(daemon: Daemon) -> dict[str, Any]:
             if agent_id in agents:
                 agents[agent_id]["credentials_captured"] = count
     for gap in open_gaps:
-        agents.setdefault(gap.agent_id, {"files": 0, "lag_bytes": 0, "last_entry_at": None,
-                                         "entries_stored": None, "sessions": 0, "open_gaps": 0})
-        agents[gap.agent_id]["open_gaps"] += 1
+        agents.setdefault(gap.agent_id, _new_agent())["open_gaps"] += 1
     return {
         "running": True,
         "pid": os.getpid(),

@@ -14,7 +14,7 @@ import structlog
 
 from veritas_watch.config import Config
 from veritas_watch.features.credentials import CredentialIndex, Vault
-from veritas_watch.openclaw import load_openclaw_config, openclaw_home, workspace_for
+from veritas_watch.openclaw import agent_workspace
 from veritas_watch.pipeline import Found
 
 log = structlog.get_logger()
@@ -34,7 +34,7 @@ class CredentialCapture:
         return self._vault is not None
 
     def workspace(self, agent_id: str) -> Path:
-        return workspace_for(self._state_dir, agent_id, load_openclaw_config(self._state_dir), home=openclaw_home())
+        return agent_workspace(self._state_dir, agent_id)
 
     def capture(self, found: Sequence[Found]) -> None:
         for item in found:

@@ -19,7 +19,7 @@ import structlog
 from veritas_watch.config import Config
 from veritas_watch.features.archive import archive_daily_logs
 from veritas_watch.features.gaps import EndedSession, Gap, GapDetector, GapStore, resolve_zone
-from veritas_watch.openclaw import iter_agents, load_openclaw_config, openclaw_home, workspace_for
+from veritas_watch.openclaw import agent_workspace, iter_agents, session_stem
 from veritas_watch.sources.cursors import CursorStore, FileCursor
 from veritas_watch.sources.jsonl import JsonlTailer
 
@@ -58,8 +58,7 @@ class GapService:
         return cls(config, detector, store, on_detected)
 
     def workspace(self, agent_id: str) -> Path:
-        state_dir = self.config.state_dir
-        return workspace_for(state_dir, agent_id, load_openclaw_config(state_dir), home=openclaw_home())
+        return agent_workspace(self.config.state_dir, agent_id)
 
     def wanted(self, agent_id: str) -> bool:
         return not self.config.gaps.agents or agent_id in self.config.gaps.agents
@@ -93,7 +92,7 @@ class GapService:
         if ended:
             await asyncio.to_thread(cursors.commit_files, ended)
         for cursor in ended:
-            await self.session_ended(cursor.agent_id, cursor.session_id or Path(cursor.path).name.split(".jsonl")[0],
+            await self.session_ended(cursor.agent_id, cursor.session_id or session_stem(cursor.path),
                                      cursor.path, cursor.last_entry_ts, cursor.session_kind)
         if idle and not self.first_pass_done:
             self.first_pass_done = True
