@@ -79,8 +79,10 @@ def test_workspace_from_openclaw_json(tmp_path: Path) -> None:
 def test_workspace_with_profile(tmp_path: Path) -> None:
     home = tmp_path / "home"
     state = home / ".openclaw-desktop"
-    assert workspace_for(state, "main", None, profile="desktop") == home / ".openclaw" / "workspace-desktop"
-    assert workspace_for(state, "main", None, profile="desktop", home=home) == home / ".openclaw" / "workspace-desktop"
+    # 2026.9: `~/.openclaw-<profile>/workspace` (earlier versions: `~/.openclaw/workspace-<profile>`, which
+    # `openclaw doctor` moves there).
+    assert workspace_for(state, "main", None, profile="desktop") == home / ".openclaw-desktop" / "workspace"
+    assert workspace_for(state, "main", None, profile="desktop", home=home) == home / ".openclaw-desktop" / "workspace"
     assert workspace_for(state, "main", None, profile="default", home=home) == home / ".openclaw" / "workspace"
     assert workspace_for(state, "ops", None, profile="desktop") == state / "workspace-ops"
 
@@ -94,6 +96,7 @@ def test_index_created_with_table_mode_0600_and_no_values(tmp_path: Path) -> Non
     text = f"here is the TokenMall key: tm-8f7a9c2b4d6e1f3a5b7c9d0e2f4a6b8c and export DEEPSEEK_API_KEY={deepseek}"
     result = redact(text, KEY)
     workspace = tmp_path / "workspace"
+    workspace.mkdir()  # OpenClaw creates the workspace; the index never does
     added = CredentialIndex().record(
         workspace, result.findings, "agents/main/sessions/s1.jsonl:12", "2026-03-17T07:08:00Z", None
     )
@@ -329,6 +332,7 @@ def test_find_credential_in_protocol_order(tmp_path: Path) -> None:
     value_etc = "dk-33cc33cc33cc33cc"
     value_proc = "sk-" + "44dd" * 8
     workspace = tmp_path / "workspace"
+    workspace.mkdir()  # OpenClaw creates the workspace; the index never does
     CredentialIndex().record(workspace, [finding(9)], "agents/main/sessions/s.jsonl:3", "t", None)
     project = tmp_path / "proj"
     (project / "svc" / "api").mkdir(parents=True)

@@ -25,6 +25,7 @@ def test_no_secret_reaches_store_logs_status_search_or_index(tmp_path: Path) -> 
     state, data = tmp_path / "state", tmp_path / "data"
     sessions = state / "agents" / "ops" / "sessions"
     sessions.mkdir(parents=True)
+    (state / "workspace-ops").mkdir()  # OpenClaw creates the workspace; veritas-watch never does
     identity = pyrage.x25519.Identity.generate()
     config = tmp_path / "veritas.toml"
     config.write_text(f'[credentials]\nvault_recipient = "{identity.to_public()}"\n')
@@ -77,6 +78,7 @@ def test_no_secret_reaches_store_logs_status_search_or_index(tmp_path: Path) -> 
 def test_memory_add_indexes_a_key_told_to_it(tmp_path: Path) -> None:
     state, data = tmp_path / "state", tmp_path / "data"
     (state / "agents" / "ops" / "sessions").mkdir(parents=True)
+    (state / "workspace-ops").mkdir()  # OpenClaw creates the workspace; veritas-watch never does
     key = "sk-" + "Zq8vN2mKp4Xr7Tb1Wc9Ye3Hd6Lf0Sg5A"
     with running_daemon(state, data) as daemon:
         text = f"The DeepSeek key is export DEEPSEEK_API_KEY={key}"

@@ -1,9 +1,13 @@
 """Where credentials went: CREDENTIALS_INDEX.md, the optional age vault, and `creds find`.
 
 - `workspace_for` resolves an agent's workspace the way OpenClaw does (the index lives there).
-- `CredentialIndex.record` adds one table row per new credential (deduplicated by fingerprint)
-  to `<workspace>/CREDENTIALS_INDEX.md`: atomic rewrite, mode 0600, every other line kept as the
-  human left it. The index never holds a value, only where the value can be recovered.
+- `CredentialIndex.add` adds one table row per new credential to `<workspace>/CREDENTIALS_INDEX.md`
+  (deduplicated by fingerprint, and by where it was given so that several data dirs, whose
+  fingerprint keys differ, still write one row): atomic rewrite, mode 0600, every other line kept
+  as the human left it. The index never holds a value, only where the value can be recovered. It
+  never creates the workspace; `IndexStateStore` keeps rows waiting for one in the data dir.
+- `TaskRunValues` finds the value behind an OpenClaw mask in OpenClaw's own `task_runs` table
+  (read-only), for the vault only.
 - `Vault` appends each value encrypted to an age recipient. The daemon can write it but holds no
   identity, so it can never read a value back.
 - `find_credential` is the protocol's lookup, in order: the index, `.env` files under project
@@ -14,36 +18,61 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import json
 import os
 import re
 import shlex
 import shutil
+import sqlite3
 import subprocess
 import tempfile
 import threading
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
 import structlog
 
-from veritas_watch.model import SecretFinding
-from veritas_watch.openclaw import workspace_for
-from veritas_watch.transforms.redact import fingerprint, is_secret_name
+from veritas_watch.model import SecretFinding, SourceRef
+from veritas_watch.openclaw import session_stem, workspace_for
+from veritas_watch.transforms.redact import (
+    fingerprint,
+    is_masked_rule,
+    is_opaque_mask,
+    is_secret_name,
+    recover_unmasked,
+    split_mask,
+)
 
 __all__ = [
     "HEADER",
     "INDEX_FILE",
+    "OPENCLAW_STATE_DB",
+    "STATE_FILE",
     "CredentialIndex",
     "CredentialLocation",
+    "IndexEntry",
     "IndexRow",
+    "IndexState",
+    "IndexStateStore",
+    "IndexUpdate",
+    "MaskProbe",
+    "PendingRow",
+    "Recovery",
+    "TaskRunValues",
     "Vault",
     "VaultError",
+    "WorkspaceMissing",
     "find_credential",
+    "given_at",
+    "given_at_of",
     "mask",
+    "pending_counts",
     "read_index",
     "workspace_for",
 ]
@@ -55,8 +84,10 @@ HEADER: tuple[str, ...] = ("Service", "Key Name", "Location", "Status", "First S
 _INDEX_INTRO = (
     "# Credentials Index\n\n"
     "Where each credential lives, one row per credential. veritas-watch adds a row when a new one\n"
-    "appears in a conversation (matched by fingerprint, a keyed hash: the value itself is never\n"
-    "written here). Edit freely: rows and text you change are kept as you left them.\n\n"
+    "appears in a conversation (matched by fingerprint, a keyed hash, and by where it was given:\n"
+    "the value itself is never written here). Status `masked`: OpenClaw had already masked it in\n"
+    "the transcript, so the transcript holds only the mask; the Location says where the value is,\n"
+    "if anywhere. Edit freely: rows and text you change are kept as you left them.\n\n"
 )
 
 
@@ -220,8 +251,139 @@ def read_index(path: Path) -> list[IndexRow]:
     return _rows_of(_find_table(text))
 
 
+class WorkspaceMissing(FileNotFoundError):
+    """The agent's workspace does not exist (yet): the index is never what creates it."""
+
+
+# Where a credential was given, independent of the data dir that saw it: the session and the line
+# (JSONL) or seq (SQLite). A transcript renamed by a reset (`<id>.jsonl.reset.<ts>`) keeps its key.
+_GIVEN_AT_SQLITE_RE = re.compile(r"#(?P<session>[^\s#;()|]+):(?P<seq>-?\d+)(?=$|[\s;(),])")
+_GIVEN_AT_JSONL_RE = re.compile(r"^\s*`?(?P<path>.*\.jsonl[^\s;(]*?):(?P<line>\d+)`?(?=$|[\s;(),])")
+
+
+def given_at(location: str) -> str | None:
+    """`jsonl:<session>:<line>` or `sqlite:<session>:<seq>` from an index Location; None for anything else."""
+    if m := _GIVEN_AT_SQLITE_RE.search(location):
+        return f"sqlite:{m.group('session')}:{m.group('seq')}"
+    if m := _GIVEN_AT_JSONL_RE.match(location):
+        return f"jsonl:{session_stem(m.group('path'))}:{m.group('line')}"
+    return None
+
+
+def given_at_of(ref: SourceRef) -> str | None:
+    """The same key straight from a transcript position (what `given_at(ref.render())` parses)."""
+    if ref.kind == "jsonl" and ref.line is not None:
+        return f"jsonl:{session_stem(ref.path)}:{ref.line}"
+    if ref.kind == "sqlite" and ref.session_id is not None and ref.seq is not None:
+        return f"sqlite:{ref.session_id}:{ref.seq}"
+    return None
+
+
+def _norm_key(key_name: str) -> str:
+    return re.sub(r"[^0-9a-z]", "", key_name.lower())
+
+
+def _at_identity(at: str, key_name: str) -> str:
+    return f"at:{at}|{_norm_key(key_name)}"
+
+
+def _moment_identity(at: str, seen_at: str, key_name: str) -> str:
+    session = at.split(":", 2)[1] if at.count(":") >= 2 else at
+    return f"moment:{session}@{seen_at.strip()}|{_norm_key(key_name)}"
+
+
+@dataclass(frozen=True, slots=True)
+class IndexEntry:
+    """One credential to index: what was found, where it was given, and where its value is now.
+
+    `note` qualifies the location ("transcript holds only a mask"); `extra_fingerprints` are other
+    keyed hashes of the same credential (the value behind a mask, once recovered). For an opaque
+    mask (`***`) the fingerprint says nothing about the value, so `fingerprint_identifies` is False
+    and only where and when it was given identify it. `occurrence` numbers the distinct credentials
+    with the same key name given at one place (1 for the first): see `number_occurrences`.
+    """
+
+    finding: SecretFinding
+    location: str
+    seen_at: str
+    vault_ref: str | None = None
+    status: str | None = None
+    note: str | None = None
+    extra_fingerprints: tuple[str, ...] = ()
+    fingerprint_identifies: bool = True
+    occurrence: int = 1
+    given_at: str | None = None  # default: parsed from `location`
+    moment_occurrence: int = 1  # opaque masks: among those with this key name in one message (time)
+
+    def where(self) -> str:
+        where = f"{self.location} ({self.note})" if self.note else self.location
+        return f"{where}; {self.vault_ref}" if self.vault_ref else where
+
+    def place(self) -> str | None:
+        return self.given_at or given_at(self.location)
+
+    def identities(self) -> list[tuple[str, int]]:
+        """(identity, occurrence): the index has this credential once it has `occurrence` rows with
+        that identity. Where it was given (session and line) and the key name; for an opaque mask
+        also the session, the message's own time and the key name, which stays the same when a
+        group chat quotes the message again in a later line."""
+        at = self.place()
+        if at is None:
+            return []
+        found = [(_at_identity(at, self.finding.key_name), self.occurrence)]
+        if not self.fingerprint_identifies and self.seen_at.strip():
+            found.append((_moment_identity(at, self.seen_at, self.finding.key_name), self.moment_occurrence))
+        return found
+
+    def fingerprints(self) -> tuple[str, ...]:
+        own = (self.finding.fingerprint,) if self.fingerprint_identifies else ()
+        return own + tuple(fp for fp in self.extra_fingerprints if fp not in own)
+
+
+def number_occurrences(entries: Sequence[IndexEntry]) -> list[IndexEntry]:
+    """Number the entries of one batch: the k-th distinct credential with a key name at one place
+    gets occurrence k (a repeat of the same value keeps its number; each opaque mask counts)."""
+    by_place: dict[tuple[str, str], list[str]] = {}
+    by_moment: Counter[tuple[str, str, str]] = Counter()
+    out: list[IndexEntry] = []
+    for n, entry in enumerate(entries):
+        place = (entry.place() or entry.location, _norm_key(entry.finding.key_name))
+        seen = by_place.setdefault(place, [])
+        token = entry.finding.fingerprint if entry.fingerprint_identifies else f"#{n}"
+        if token not in seen:
+            seen.append(token)
+        moment = (place[0], entry.seen_at, place[1])
+        by_moment[moment] += 1
+        out.append(dataclasses.replace(entry, occurrence=seen.index(token) + 1, moment_occurrence=by_moment[moment]))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class IndexUpdate:
+    """What `CredentialIndex.add` did: rows added, and the entries it skipped because a row given at
+    the same place already exists (fingerprint -> that row's identity), so a caller can remember
+    its own fingerprint as an alias of that row."""
+
+    added: int
+    matched: dict[str, str] = field(default_factory=dict)
+
+
+def _row_identities(row: IndexRow) -> list[str]:
+    at = given_at(row.location)
+    if at is None:
+        return []
+    return [_at_identity(at, row.key_name), _moment_identity(at, row.first_seen, row.key_name)]
+
+
 class CredentialIndex:
-    """Maintains `<workspace>/CREDENTIALS_INDEX.md`. Safe across threads and processes."""
+    """Maintains `<workspace>/CREDENTIALS_INDEX.md`. Safe across threads and processes.
+
+    One row per credential, whoever writes it: a finding is skipped when a row already has its
+    fingerprint (the same value again, same fingerprint key), or a row was given at the same place
+    with the same key name (the same message read by another data dir, whose fingerprint key
+    differs), or its fingerprint is an alias the caller learnt for such a row. The workspace is
+    never created here: a missing one raises `WorkspaceMissing`.
+    """
 
     def __init__(self, *, status: str = "captured", file_name: str = INDEX_FILE) -> None:
         self.status = status
@@ -238,38 +400,88 @@ class CredentialIndex:
         seen_at: str,
         vault_ref: str | None,
     ) -> int:
-        """Add a row for each finding whose fingerprint the index lacks; returns rows added."""
-        if not findings:
-            return 0
-        workspace.mkdir(parents=True, exist_ok=True, mode=0o700)
+        """Add a row for each finding the index lacks; returns rows added."""
+        entries = number_occurrences([IndexEntry(f, location, seen_at, vault_ref) for f in findings])
+        return self.add(workspace, entries).added
+
+    def add(
+        self,
+        workspace: Path,
+        entries: Sequence[IndexEntry],
+        *,
+        aliases: Mapping[str, str] | None = None,
+    ) -> IndexUpdate:
+        """Add the entries the index lacks (see the class doc); `aliases`: fingerprint -> row identity."""
+        if not entries:
+            return IndexUpdate(0)
+        if not workspace.is_dir():
+            raise WorkspaceMissing(2, "agent workspace does not exist", str(workspace))
+        try:
+            return self._add_locked(workspace, entries, aliases or {})
+        except FileNotFoundError as exc:
+            if workspace.is_dir():
+                raise
+            # removed between the check and the lock or the write
+            raise WorkspaceMissing(2, "agent workspace does not exist", str(workspace)) from exc
+
+    def _add_locked(self, workspace: Path, entries: Sequence[IndexEntry], aliases: Mapping[str, str]) -> IndexUpdate:
         path = self.path_for(workspace)
-        where = f"{location}; {vault_ref}" if vault_ref else location
         with _locked_dir(workspace):
             # A human editor does not take our lock: if the file changes between our read and
             # our rename, read it again rather than overwrite their edit.
             for _attempt in range(10):
                 before = _stat_key(path)
                 text = path.read_text(encoding="utf-8") if before is not None else ""
-                new_text, added = self._with_rows(text, findings, where, seen_at)
-                if added == 0:
-                    return 0
+                new_text, update = self._with_rows(text, entries, aliases, None)
+                if update.added == 0:
+                    return update
                 if _stat_key(path) != before:
                     continue
                 _atomic_write(path, new_text)
-                log.info("credential_index_updated", path=str(path), rows_added=added)
-                return added
+                log.info("credential_index_updated", path=str(path), rows_added=update.added)
+                return update
             raise RuntimeError(f"{path} kept changing while being updated")
 
-    def _with_rows(self, text: str, findings: Sequence[SecretFinding], where: str, seen_at: str) -> tuple[str, int]:
+    def _with_rows(
+        self, text: str, entries: Sequence[IndexEntry], aliases: Mapping[str, str], _hook_arity: object = None
+    ) -> tuple[str, IndexUpdate]:
+        """`text` with rows for the entries it lacks. Called inside the lock, once per attempt: the
+        hook a test overrides to race a human edit (it passes four positional arguments through)."""
         table = _find_table(text)
-        known = _fingerprints_of(table)
-        fresh: list[SecretFinding] = []
-        for finding in findings:
-            if finding.fingerprint not in known:
-                known.add(finding.fingerprint)
-                fresh.append(finding)
+        known_fps: set[str] = set()
+        rows_with: Counter[str] = Counter()
+        for row in _rows_of(table):
+            known_fps.update(_FP_RE.findall(row.fingerprint.strip("`")))
+            rows_with.update(_row_identities(row))
+        fresh: list[IndexEntry] = []
+        matched: dict[str, str] = {}
+
+        def has_row(key: str) -> bool:
+            identity, _, occurrence = key.rpartition("#")
+            return occurrence.isdigit() and rows_with[identity] >= int(occurrence)
+
+        for entry in entries:
+            identities = entry.identities()
+            same_place = next((f"{i}#{n}" for i, n in identities if rows_with[i] >= n), None)
+            if same_place is not None:
+                if entry.fingerprint_identifies:
+                    matched[entry.finding.fingerprint] = same_place
+                continue
+            fps = entry.fingerprints()
+            if any(fp in known_fps for fp in fps):
+                continue
+            if any(fp in aliases and has_row(aliases[fp]) for fp in fps):
+                continue
+            fresh.append(entry)
+            known_fps.update(fps)
+            # the row about to be written: both of its identities, as _row_identities will read them
+            at = entry.place()
+            if at is not None:
+                rows_with[_at_identity(at, entry.finding.key_name)] += 1
+                rows_with[_moment_identity(at, entry.seen_at, entry.finding.key_name)] += 1
+        update = IndexUpdate(len(fresh), matched)
         if not fresh:
-            return text, 0
+            return text, update
         lines = table.lines
         if table.header_at < 0:
             prefix = "".join(lines)
@@ -280,8 +492,8 @@ class CredentialIndex:
             else:
                 prefix = _INDEX_INTRO
             head = "| " + " | ".join(HEADER) + " |\n" + "|" + "---|" * len(HEADER) + "\n"
-            rows = "".join(self._row(f, where, seen_at, list(HEADER)) for f in fresh)
-            return prefix + head + rows, len(fresh)
+            rows = "".join(self._row(e, list(HEADER)) for e in fresh)
+            return prefix + head + rows, update
         columns = list(table.columns)
         missing = [name for name in HEADER if table.column(name) is None]
         if missing:
@@ -295,19 +507,279 @@ class CredentialIndex:
         before, after = lines[: table.end], lines[table.end :]
         if before and not before[-1].endswith("\n"):
             before[-1] += "\n"
-        rows = "".join(self._row(f, where, seen_at, columns) for f in fresh)
-        return "".join(before) + rows + "".join(after), len(fresh)
+        rows = "".join(self._row(e, columns) for e in fresh)
+        return "".join(before) + rows + "".join(after), update
 
-    def _row(self, finding: SecretFinding, where: str, seen_at: str, columns: list[str]) -> str:
+    def _row(self, entry: IndexEntry, columns: list[str]) -> str:
+        finding = entry.finding
         values = {
             "service": finding.service,
             "key name": finding.key_name,
-            "location": where,
-            "status": self.status,
-            "first seen": seen_at,
-            "fingerprint": finding.fingerprint,
+            "location": entry.where(),
+            "status": entry.status or self.status,
+            "first seen": entry.seen_at,
+            "fingerprint": " ".join((finding.fingerprint, *entry.extra_fingerprints)),
         }
         return "| " + " | ".join(_cell(values.get(c.lower(), "")) for c in columns) + " |\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# Index bookkeeping in the data dir: rows waiting for a workspace, masks waiting for their value,
+# fingerprints known to stand for a row another data dir wrote.
+
+STATE_FILE = "credentials-index.json"
+_STATE_VERSION = 1
+MAX_PENDING_ROWS = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class PendingRow:
+    """An index row not written yet. `mask` is set while its value is still to be recovered (the
+    mask is what OpenClaw already shows in the transcript, never more of the value)."""
+
+    agent_id: str
+    entry: IndexEntry
+    mask: str | None = field(default=None, repr=False)
+    attempts: int = 0
+    since: float = 0.0  # epoch seconds it was queued
+
+    def to_json(self) -> dict[str, Any]:
+        f, e = self.entry.finding, self.entry
+        return {
+            "agent": self.agent_id, "rule": f.rule, "service": f.service, "key_name": f.key_name,
+            "fingerprint": f.fingerprint, "location": e.location, "seen_at": e.seen_at, "vault_ref": e.vault_ref,
+            "status": e.status, "note": e.note, "extra_fingerprints": list(e.extra_fingerprints),
+            "fingerprint_identifies": e.fingerprint_identifies, "occurrence": e.occurrence, "given_at": e.given_at,
+            "moment_occurrence": e.moment_occurrence, "mask": self.mask, "attempts": self.attempts,
+            "since": self.since,
+        }
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> PendingRow | None:
+        try:
+            finding = SecretFinding(str(raw["rule"]), str(raw["service"]), str(raw["key_name"]),
+                                    str(raw["fingerprint"]), 0, 0)
+            entry = IndexEntry(
+                finding, str(raw["location"]), str(raw["seen_at"]), raw.get("vault_ref") or None,
+                raw.get("status") or None, raw.get("note") or None,
+                tuple(str(fp) for fp in raw.get("extra_fingerprints") or ()),
+                bool(raw.get("fingerprint_identifies", True)), int(raw.get("occurrence") or 1),
+                raw.get("given_at") or None, int(raw.get("moment_occurrence") or 1),
+            )
+            return cls(str(raw["agent"]), entry, raw.get("mask") or None, int(raw.get("attempts") or 0),
+                       float(raw.get("since") or 0.0))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def repeats(self, other: PendingRow) -> bool:
+        """The same value (fingerprint) for the same agent, already waiting: the index would skip it."""
+        a, b = self.entry, other.entry
+        return (self.agent_id == other.agent_id and self.mask is None and other.mask is None
+                and a.fingerprint_identifies and b.fingerprint_identifies
+                and a.finding.fingerprint == b.finding.fingerprint)
+
+    def same_as(self, other: PendingRow) -> bool:
+        a, b = self.entry, other.entry
+        return (self.agent_id == other.agent_id and a.finding.fingerprint == b.finding.fingerprint
+                and a.identities() == b.identities() and a.location == b.location)
+
+
+@dataclass(slots=True)
+class IndexState:
+    """The contents of `<data_dir>/credentials-index.json`."""
+
+    pending: list[PendingRow] = field(default_factory=list)
+    aliases: dict[str, dict[str, str]] = field(default_factory=dict)  # workspace -> fingerprint -> row identity
+
+
+class IndexStateStore:
+    """`<data_dir>/credentials-index.json`: mode 0600, atomic rewrite, locked like the index.
+
+    It never holds a value: pending rows are index rows (service, key name, where, fingerprint)
+    plus, for a mask whose value is still being recovered, the mask OpenClaw left in the transcript.
+    """
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.path = data_dir / STATE_FILE
+
+    def load(self) -> IndexState:
+        try:
+            raw = json.loads(self.path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return IndexState()
+        except (OSError, ValueError) as exc:
+            log.error("credential_index_state_unreadable", path=str(self.path), error=f"{type(exc).__name__}")
+            return IndexState()
+        if not isinstance(raw, dict):
+            return IndexState()
+        rows = [PendingRow.from_json(r) for r in raw.get("pending") or () if isinstance(r, dict)]
+        raw_aliases = raw.get("aliases")
+        aliases: dict[Any, Any] = raw_aliases if isinstance(raw_aliases, dict) else {}
+        return IndexState(
+            [r for r in rows if r is not None],
+            {str(ws): {str(k): str(v) for k, v in m.items()} for ws, m in aliases.items() if isinstance(m, dict)},
+        )
+
+    @contextlib.contextmanager
+    def update(self) -> Iterator[IndexState]:
+        """Load, let the caller change the state, write it back (only if it changed)."""
+        self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with _locked_dir(self.data_dir):
+            state = self.load()
+            before = self._dump(state)
+            yield state
+            if len(state.pending) > MAX_PENDING_ROWS:
+                log.error("credential_index_pending_dropped", dropped=len(state.pending) - MAX_PENDING_ROWS)
+                del state.pending[: len(state.pending) - MAX_PENDING_ROWS]
+            after = self._dump(state)
+            if after != before:
+                _atomic_write(self.path, after)
+
+    @staticmethod
+    def _dump(state: IndexState) -> str:
+        return json.dumps({"version": _STATE_VERSION, "pending": [r.to_json() for r in state.pending],
+                           "aliases": state.aliases}, ensure_ascii=False, sort_keys=True, indent=1) + "\n"
+
+
+def pending_counts(data_dir: Path) -> dict[str, int]:
+    """Index rows per agent still waiting (for the agent's workspace, or for a masked value): for
+    `status`/`doctor` in any process; reads `<data_dir>/credentials-index.json`, never writes."""
+    counts: Counter[str] = Counter(row.agent_id for row in IndexStateStore(data_dir).load().pending)
+    return dict(counts)
+
+
+# ---------------------------------------------------------------------------------------------
+# The unmasked text OpenClaw keeps: task_runs.task in <state>/state/openclaw.sqlite
+
+
+OPENCLAW_STATE_DB = Path("state") / "openclaw.sqlite"
+TASK_RUNS_RETENTION_S = 7 * 24 * 3600  # OpenClaw prunes a finished task 7 days after it ended
+_HINTED_WINDOW_S = TASK_RUNS_RETENTION_S + 24 * 3600
+_OPAQUE_WINDOW_S = 2 * 3600  # `***` matches by key name only: keep it near in time
+_CLOCK_SLACK_S = 10 * 60
+_MAX_TASK_CHARS = 1 << 20
+RecoveryStatus = Literal["found", "not_found", "ambiguous", "unavailable"]
+
+
+@dataclass(frozen=True, slots=True)
+class MaskProbe:
+    """A masked finding to find the value of: which agent, what mask, which key, when it was seen."""
+
+    agent_id: str
+    rule: str
+    key_name: str
+    mask: str = field(repr=False)
+    seen_at: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Recovery:
+    """What a lookup found. `value` is a secret: vault it, drop it, never log it."""
+
+    status: RecoveryStatus
+    value: str | None = field(default=None, repr=False)
+    task_id: str | None = None
+    detail: str = ""
+
+
+def _epoch_ms(timestamp: str | None) -> int | None:
+    if not timestamp:
+        return None
+    try:
+        moment = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
+
+
+class TaskRunValues:
+    """Finds the unmasked text of a masked credential in OpenClaw's `task_runs` table.
+
+    OpenClaw writes the raw message of every Gateway `agent` run (`openclaw agent`, subagent and
+    ACP spawns, automation runs) to `task_runs.task` of `<state>/state/openclaw.sqlite`, unmasked,
+    and deletes the row 7 days after the run ended (24 hours for `lost` runs). Chat arriving over a
+    channel or the Control UI creates no task: for it the mask is all there is.
+
+    Read-only like the transcript reader: `mode=ro`, `PRAGMA query_only=ON`, a short busy timeout,
+    one short connection per lookup (nothing pins OpenClaw's WAL). Rows are those of the agent
+    near the time the mask was seen; a `head…tail` mask must be reproduced exactly by OpenClaw's
+    masking of the candidate, a `***` needs its key name and shape and one single value nearby.
+    """
+
+    def __init__(self, db_path: Path, *, busy_timeout_s: float = 0.2, max_rows: int = 500) -> None:
+        self.db_path = db_path
+        self._busy_timeout_s = busy_timeout_s
+        self._max_rows = max_rows
+
+    def recover(self, probe: MaskProbe) -> Recovery:
+        if not is_masked_rule(probe.rule):
+            return Recovery("not_found", detail="not a masked finding")
+        opaque = is_opaque_mask(probe.mask)
+        if not opaque and split_mask(probe.mask) is None:
+            return Recovery("not_found", detail="not a mask OpenClaw makes")
+        seen = _epoch_ms(probe.seen_at)
+        if opaque and seen is None:
+            return Recovery("not_found", detail="a *** mask needs the time it was seen")
+        if not self.db_path.exists():
+            return Recovery("not_found", detail="no OpenClaw state database")
+        try:
+            rows = self._rows(probe.agent_id, seen, _OPAQUE_WINDOW_S if opaque else _HINTED_WINDOW_S)
+        except sqlite3.Error as exc:
+            message = str(exc).lower()
+            if "no such table" in message or "no such column" in message:
+                return Recovery("not_found", detail="no task_runs table")
+            return Recovery("unavailable", detail=f"{type(exc).__name__}: {exc}"[:200])
+        hits: dict[str, str] = {}  # value -> task id of the nearest row holding it
+        for task_id, task in rows:
+            for value in recover_unmasked(task, rule=probe.rule, key_name=probe.key_name, mask=probe.mask):
+                hits.setdefault(value, task_id)
+        if not hits:
+            return Recovery("not_found", detail="no unmasked copy in task_runs")
+        if len(hits) > 1:
+            return Recovery("ambiguous", detail=f"{len(hits)} different values match")
+        ((value, task_id),) = hits.items()
+        return Recovery("found", value, task_id)
+
+    def _rows(self, agent_id: str, seen_ms: int | None, window_s: int) -> list[tuple[str, str]]:
+        uri = self.db_path.resolve().as_uri() + "?mode=ro"
+        conn = sqlite3.connect(uri, uri=True, timeout=self._busy_timeout_s, isolation_level=None,
+                               check_same_thread=False)
+        try:
+            conn.execute("PRAGMA query_only=ON").fetchall()
+            columns = {str(r[1]) for r in conn.execute("PRAGMA table_info(task_runs)").fetchall()}
+            if not {"task_id", "task"} <= columns:
+                raise sqlite3.OperationalError("no such table: task_runs")
+            where: list[str] = []
+            params: list[object] = []
+            agent_terms: list[str] = []
+            for column in ("agent_id", "requester_agent_id"):
+                if column in columns:
+                    agent_terms.append(f"{column} = ?")
+                    params.append(agent_id)
+            prefix = "agent:" + agent_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + ":%"
+            for column in ("child_session_key", "owner_key", "requester_session_key"):
+                if column in columns:
+                    agent_terms.append(f"{column} LIKE ? ESCAPE '\\'")
+                    params.append(prefix)
+            if agent_terms:
+                where.append("(" + " OR ".join(agent_terms) + ")")
+            order = "rowid DESC"
+            if "created_at" in columns and seen_ms is not None:
+                where.append("created_at BETWEEN ? AND ?")
+                params += [seen_ms - window_s * 1000, seen_ms + _CLOCK_SLACK_S * 1000]
+                order = "ABS(created_at - ?)"
+                order_params: list[object] = [seen_ms]
+            else:
+                order_params = []
+            sql = (f"SELECT task_id, substr(task, 1, {_MAX_TASK_CHARS}) FROM task_runs"
+                   + (" WHERE " + " AND ".join(where) if where else "") + f" ORDER BY {order} LIMIT ?")
+            result = conn.execute(sql, [*params, *order_params, self._max_rows]).fetchall()
+            return [(str(task_id), str(task)) for task_id, task in result if isinstance(task, str)]
+        finally:
+            conn.close()
 
 
 # ---------------------------------------------------------------------------------------------
