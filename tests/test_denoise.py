@@ -9,11 +9,10 @@ from pathlib import Path
 import pytest
 from fixture_paths import shared_dir
 
-from veritas_watch.model import Block, ParsedLine, Skip
+from veritas_watch.model import Block, ParsedLine, Skip, TurnKind, restore_turn
 from veritas_watch.transforms import denoise
 from veritas_watch.transforms.denoise import (
     SKIP_REASONS,
-    TurnKind,
     clean_message,
     detection_text,
     first_user_text,
@@ -246,11 +245,82 @@ def test_next_turn_follows_the_user_line() -> None:
         (ParsedLine(line_type="custom"), "background"),
         (user(SENDER_TUI + "[Tue 2026-03-17 07:08 GMT+9] はくあ？"), "conversation"),
         (user(CUSTOM_HEARTBEAT_PROMPT), "background"),
-        (user(RESET_PROMPT), "conversation"),  # the greeting that follows is a real reply
+        (user(RESET_PROMPT), "greeting"),  # what answers it is the scripted start-up greeting
+        (assistant(Block("toolCall", "read\nfile_path: SOUL.md"), stop_reason="toolUse"), "greeting"),
+        (assistant(said("Hi, I'm Hakua. What shall we do?")), "greeting"),
+        (user(SENDER_TUI + "LINEのプラグイン設定直して"), "conversation"),
+        (assistant(said("Let me look."), Block("toolCall", "read"), stop_reason="toolUse"), "working"),
+        (ParsedLine(line_type="message", role="toolResult"), "working"),
+        (assistant(Block("error", "overloaded"), stop_reason="error"), "working"),  # a failed call changes nothing
+        (assistant(said("Fixed: the token was expired."), provider="openclaw", model="delivery-mirror"), "working"),
+        (user(HEARTBEAT_PROMPT), "working"),  # a heartbeat mid-task: the model carries on with the request
+        (assistant(said("Fixed: the token was expired.")), "conversation"),  # the reply is owed no more
+        (user(HEARTBEAT_PROMPT), "background"),
+        (assistant(said("Status: nothing urgent.")), "background"),
+        (user(SENDER_TUI + "ありがとう"), "conversation"),
+        (assistant(said("どういたしまして")), "conversation"),
+        (assistant(said("Anything else?")), "conversation"),  # a second reply is still a reply
+        (user("[cron:8f2d Daily digest] Summarise.\nCurrent time: Friday (UTC) / 2026-03-13 00:00 UTC"),
+         "background"),
     ]
     for line, expected in sequence:
         turn = next_turn(turn, line, clean_message(line, turn=turn))
         assert turn == expected, line
+
+
+def test_a_heartbeat_mid_task_does_not_take_the_answer() -> None:
+    """The answer that follows a heartbeat poll is kept when the person's request was still being worked on."""
+    ask = user(SENDER_TUI + "[Fri 2026-03-13 00:05 GMT+9] LINE の設定を確認して")
+    work = assistant(Block("toolCall", "exec\ncommand: ls"), stop_reason="toolUse")
+    printed_call = assistant(said("次は config を見る。\n\n<tool_call>\n<function=exec>\n</function>\n</tool_call>"))
+    answer = assistant(said("LINE の設定を確認しました。config は存在しません。"))
+    ack = assistant(said("Still on it.\n\nHEARTBEAT_OK"))
+    tool_result = ParsedLine(line_type="message", role="toolResult", blocks=(Block("toolResult", "x"),))
+
+    def replies(*lines: ParsedLine) -> list[str]:
+        turn: TurnKind = "conversation"
+        out = []
+        for line in lines:
+            result = clean_message(line, turn=turn)
+            turn = next_turn(turn, line, result)
+            if line.role == "assistant":
+                out.append(result.reason if isinstance(result, Skip) else "kept")
+        return out
+
+    poll = user(HEARTBEAT_PROMPT)
+    assert replies(ask, work, tool_result, poll, answer) == ["tool_only", "kept"]
+    assert replies(ask, printed_call, poll, work, tool_result, poll, answer) == [
+        "tool_turn_narration", "tool_only", "kept"]
+    assert replies(ask, work, tool_result, poll, ack, poll, answer) == [
+        "tool_only", "heartbeat_ack", "background_reply"]
+    # Nothing pending: the reply to the poll is background, as before.
+    assert replies(ask, answer, poll, answer) == ["kept", "background_reply"]
+    assert replies(poll, answer) == ["background_reply"]  # a session that starts with a poll
+    assert replies(ask, poll, answer) == ["background_reply"]  # no tool work seen: no evidence of a task
+    # Cron and scheduled prompts are their own requests: their replies stay background.
+    cron = user("[cron:8f2d Daily digest] Summarise.\nCurrent time: Friday (UTC) / 2026-03-13 00:00 UTC")
+    assert replies(ask, work, cron, answer) == ["tool_only", "background_reply"]
+
+
+def test_restore_turn_keeps_every_kind_and_defaults_the_unknown() -> None:
+    assert [restore_turn(t) for t in typing.get_args(TurnKind)] == list(typing.get_args(TurnKind))
+    assert [restore_turn(v) for v in (None, "", "Background", 3, ["working"])] == ["conversation"] * 5
+
+
+def test_greetings_answering_the_reset_prompt() -> None:
+    turn: TurnKind = "conversation"
+    results = []
+    greeting = assistant(said("[[reply_to_current]] やほ、なにする？"))
+    for line in (user(RESET_PROMPT), assistant(Block("toolCall", "read"), stop_reason="toolUse"),
+                 ParsedLine(line_type="message", role="toolResult"), greeting,
+                 assistant(said("NO_REPLY")), user(SENDER_TUI + "はくあ？"), assistant(said("はーい"))):
+        result = clean_message(line, turn=turn)
+        turn = next_turn(turn, line, result)
+        results.append(result.reason if isinstance(result, Skip) else "kept")
+    assert results == ["session_reset_prompt", "tool_only", "tool_result", "session_greeting", "no_reply",
+                       "kept", "kept"]
+    assert skipped(clean_message(assistant(said("Hello!")), turn="greeting")) == "session_greeting"
+    assert skipped(clean_message(assistant(said("HEARTBEAT_OK")), turn="greeting")) == "heartbeat_ack"
 
 
 def test_cron_prompts() -> None:
@@ -525,6 +595,10 @@ EXPECTED_ASSISTANT_STARTS = (
     "了解、**ボブにゃん**。",
     "特定できたよ。",
     "はーい、はくあだよ。どうしたの？",
+    "LINE 関連の設定状態を確認しました！",  # the answer that followed a heartbeat poll mid-task
+)
+# Start-up greetings answering the `/new` prompt: boilerplate, skipped as session_greeting.
+GREETING_STARTS = (
     "Hey — fresh start, no lore yet, so I’m just me",
     "やほ、はくあだよ。今日はわたし今 **gpt-5.4** で動いてて",
 )
@@ -592,10 +666,13 @@ def test_real_fixtures_keep_conversation_and_drop_the_noise() -> None:
     assistant_texts = [text for _, _, role, text in kept_entries if role == "assistant"]
     for start in EXPECTED_ASSISTANT_STARTS:
         assert any(text.startswith(start) for text in assistant_texts), start
+    for start in GREETING_STARTS:
+        assert not any(text.startswith(start) for text in assistant_texts), start
 
     # The fixture's own tallies (SOURCE.txt, and the peer scan in the notes) bound what we must see.
     assert counts["tool_result"] == 187
     assert counts["session_reset_prompt"] == 13  # the notes' "13 /new start-up prompts"
+    assert counts["session_greeting"] == 10  # the greetings answering them (the others got no reply)
     for reason in (
         "heartbeat_poll",
         "heartbeat_ack",
@@ -627,3 +704,52 @@ def test_real_fixtures_keep_conversation_and_drop_the_noise() -> None:
         )
     )
     assert users == 192  # every user line is accounted for: kept or skipped with a user-side reason
+
+
+def _file_results(path: Path) -> list[tuple[int, ParsedLine, tuple[str, str] | Skip]]:
+    turn: TurnKind = "conversation"
+    results = []
+    for number, raw in enumerate(path.read_bytes().splitlines(), 1):
+        line = parse_line(raw)
+        assert isinstance(line, ParsedLine)
+        result = clean_message(line, turn=turn)
+        turn = next_turn(turn, line, result)
+        results.append((number, line, result))
+    return results
+
+
+def test_real_answer_after_a_heartbeat_mid_task_is_kept() -> None:
+    """91ee0082 (.reset archive) line 45: the user asked about the LINE settings (line 7); the model kept
+    working through seven heartbeat polls, printing tool calls as text, and answered after the last one."""
+    shared = shared_dir()
+    if shared is None:
+        pytest.skip("../shared fixtures not available")
+    path = (shared / "fixtures" / "openclaw" / "zapabob-main" / "sessions"
+            / "91ee0082-2255-48a1-ae67-eff47c612c8f.jsonl.reset.2026-03-12T19-00-32.349Z")
+    results = {number: (line, result) for number, line, result in _file_results(path)}
+    line, result = results[45]
+    assert line.entry_id == "4e8f1e53"
+    assert kept(result).startswith("LINE 関連の設定状態を確認しました！📊✨")
+    assert skipped(results[44][1]) == "heartbeat_poll"
+    assert skipped(results[43][1]) == "tool_turn_narration"  # the work the poll interrupted
+    kept_assistant = [n for n, (line, result) in results.items()
+                      if line.role == "assistant" and not isinstance(result, Skip)]
+    assert kept_assistant == [45]  # the greeting (line 6) and the narrations stay out
+
+
+def test_real_greetings_follow_the_reset_prompt() -> None:
+    shared = shared_dir()
+    if shared is None:
+        pytest.skip("../shared fixtures not available")
+    greetings = 0
+    for path in sorted((shared / "fixtures" / "openclaw" / "zapabob-main" / "sessions").iterdir()):
+        opened_by = None
+        for _, line, result in _file_results(path):
+            if line.line_type == "message" and line.role == "user":
+                opened_by = result.reason if isinstance(result, Skip) else "kept"
+            if isinstance(result, Skip) and result.reason == "session_greeting":
+                assert opened_by == "session_reset_prompt", path.name
+                greetings += 1
+            if opened_by == "session_reset_prompt" and line.role == "assistant":
+                assert isinstance(result, Skip), (path.name, result)
+    assert greetings == 10

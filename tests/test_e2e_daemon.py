@@ -29,8 +29,12 @@ def texts_of(points: list[dict]) -> list[str]:
     return [p["payload"]["data"] for p in points]
 
 
-def entry_keys(points: list[dict]) -> Counter[tuple[str, str, int]]:
-    return Counter((p["payload"]["session_id"], p["payload"]["entry_id"], p["payload"]["chunk"]) for p in points)
+def entry_keys(points: list[dict]) -> Counter[tuple[str, str, str | None, str | None, int]]:
+    """One point per entry and chunk; a group chat's quoted messages share their carrying entry's id,
+    each is told apart by its speaker and own time."""
+    return Counter((p["payload"]["session_id"], p["payload"]["entry_id"], p["payload"].get("speaker"),
+                    p["payload"]["timestamp"] if "speaker" in p["payload"] else None, p["payload"]["chunk"])
+                   for p in points)
 
 
 def append(path: Path, data: bytes) -> None:

@@ -191,15 +191,24 @@ def cmd_status(config: Config, args: argparse.Namespace) -> int:
             status = json.loads(response.read())
     else:
         from veritas_watch.sources.cursors import CursorStore
+        from veritas_watch.sources.sqlite_feed import SqliteSource, sqlite_agent_id
         from veritas_watch.status import offline_status
 
         path = config.data_dir / "cursors.sqlite"
-        cursors = list(CursorStore(path).load_files().values()) if path.exists() else []
+        cursors: list[Any] = []
+        sqlite: list[SqliteSource] = []
+        if path.exists():
+            saved = CursorStore(path)
+            try:
+                cursors = list(saved.load_files().values())
+                sqlite = [SqliteSource(sqlite_agent_id(db), saved.load_sqlite(db)) for db in saved.sqlite_dbs()]
+            finally:
+                saved.close()
         store = None
         if (config.data_dir / "store").exists() or config.store.url:
             store, _ = _open_offline(config)
         try:
-            status = offline_status(cursors, store)
+            status = offline_status(cursors, store, sqlite, (config.state_dir, config.data_dir))
         finally:
             if store is not None:
                 store.close()
@@ -210,7 +219,9 @@ def cmd_status(config: Config, args: argparse.Namespace) -> int:
               f"  backlog: {status.get('backlog_bytes', 0)} bytes")
         for agent_id, agent in sorted(status.get("agents", {}).items()):
             print(f"  {agent_id}: files={agent['files']} sessions={agent['sessions']} "
-                  f"entries={agent['entries_stored']} lag={agent['lag_bytes']}B last={agent['last_entry_at']}")
+                  f"entries={agent['entries_stored']} lag={agent['lag_bytes']}B/{agent.get('lag_rows', 0)}rows "
+                  f"last={agent['last_entry_at']} open_gaps={agent.get('open_gaps', 0)} "
+                  f"credentials={agent.get('credentials_captured', 0)}")
     return 0
 
 

@@ -25,7 +25,7 @@ from veritas_watch.config import Config, load_config
 from veritas_watch.features.capture import CredentialCapture
 from veritas_watch.features.gap_service import GapService
 from veritas_watch.metrics import DaemonMetrics
-from veritas_watch.model import RawRecord, SessionState, SourceRef
+from veritas_watch.model import RawRecord, SessionState, SourceRef, restore_turn
 from veritas_watch.openclaw import AgentDirs, iter_agents, session_stem
 from veritas_watch.pipeline import CommitBatch, Sink, Transformed, Work, make_points, store_meta, transform_records
 from veritas_watch.sinks.embed import Embedder, load_embedder
@@ -38,6 +38,7 @@ from veritas_watch.sources.sqlite_feed import SqliteFeed, SqliteUnit, stale_poin
 from veritas_watch.sources.watch import ChangeWatcher
 
 log = structlog.get_logger()
+CREDENTIAL_FLUSH_INTERVAL = 30.0  # seconds between attempts to write index rows that wait for a workspace
 
 
 def load_redact_key(data_dir: Path) -> bytes:
@@ -128,7 +129,8 @@ class Daemon:
         self.rt = await self._open_with_retry()
         rt = self.rt
         self.gaps = GapService.open(self.config, on_detected=self.metrics.record_gap_detected)
-        self.capture = CredentialCapture(self.config) if self.config.credentials.enabled else None
+        self.capture = (CredentialCapture(self.config, redact_key=rt.redact_key)
+                        if self.config.credentials.enabled else None)
         self.watcher = ChangeWatcher(state_dir, self.hint, force_polling=self.config.watch.force_polling,
                                      poll_interval=self.config.watch.poll_interval)
         if not self.once:
@@ -216,11 +218,16 @@ class Daemon:
     async def _sweep_loop(self) -> None:
         assert self.rt is not None
         interval = self.config.watch.sweep_interval
+        last_flush = -CREDENTIAL_FLUSH_INTERVAL
         while True:
             try:
                 busy = await self.sweep_once()
                 if self.gaps is not None:
                     await self.gaps.after_sweep(self.rt.tailer, self.rt.cursors, idle=not busy and self.rt.sink.idle)
+                if self.capture is not None and time.monotonic() - last_flush >= CREDENTIAL_FLUSH_INTERVAL:
+                    # Index rows that waited for their workspace (OpenClaw creates it at the agent's first run).
+                    last_flush = time.monotonic()
+                    await asyncio.to_thread(self.capture.flush_pending)
             except Exception as exc:  # never let one bad sweep end the daemon
                 log.error("sweep_failed", error=f"{type(exc).__name__}: {exc}")
                 busy = False
@@ -285,13 +292,12 @@ class Daemon:
                 results = await asyncio.gather(*(w.done for w in works if w.done), return_exceptions=True)
                 if any(isinstance(r, BaseException) for r in results) or not poll.has_more:
                     break
-            if self.gaps is not None:
-                db = str(agent.sqlite)
-                for sid, state in await asyncio.to_thread(rt.sqlite.ended_sessions, db):
-                    last_ts = state.get("last_entry_ts")
-                    await self.gaps.session_ended(agent.agent_id, str(state.get("point_session_id") or sid),
-                                                  f"{db}#{sid}", last_ts if isinstance(last_ts, str) else None,
-                                                  str(state.get("session_kind", "unknown")))
+            for end in await asyncio.to_thread(rt.sqlite.ended_sessions, str(agent.sqlite)):
+                log.info("conversation_ended", agent=agent.agent_id, session=end.session_id, reason=end.reason,
+                         transcript=end.transcript, ended_at=end.ended_at)
+                if self.gaps is not None:
+                    await self.gaps.session_ended(agent.agent_id, end.session_id, end.transcript, end.ended_at,
+                                                  end.session_kind)
         return busy
 
     def _transform_sqlite(self, poll: SqlitePoll) -> list[Work]:
@@ -302,7 +308,7 @@ class Daemon:
             state = rt.sqlite.session_state(poll.db_path, batch)
             out = self._transform(batch.records, state, batch.point_session_id)
             self._log_transformed((), out, f"{poll.db_path}#{batch.session_id}")
-            works.append(Work(out.chunks, rt.sqlite.unit_for(poll.db_path, batch, state),
+            works.append(Work(out.chunks, rt.sqlite.unit_for(poll.db_path, batch, state, out.ends),
                               cleanup=stale_point_cleanup(poll.db_path, poll.agent_id, batch)))
         return works
 
@@ -325,7 +331,7 @@ class Daemon:
             return None
         cursor = unit.cursor_after  # also the tailer's read-ahead state: the session facts carry on
         state = SessionState(cursor.session_id, cursor.session_kind, cursor.last_entry_ts,
-                             "background" if cursor.turn == "background" else "conversation", cursor.previous_text)
+                             restore_turn(cursor.turn), cursor.previous_text)
         out = self._transform(unit.records, state, session_stem(cursor.path))
         cursor.session_id, cursor.session_kind, cursor.last_entry_ts, cursor.turn, cursor.previous_text = (
             state.session_id, state.session_kind, state.last_entry_ts, state.turn, state.previous_text)

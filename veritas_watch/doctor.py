@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from veritas_watch.config import Config
-from veritas_watch.openclaw import classify_transcript, iter_agents
+from veritas_watch.features.credentials import pending_counts
+from veritas_watch.openclaw import agent_workspace, classify_transcript, iter_agents
 
 Status = Literal["ok", "warn", "fail"]
 UNIT_NAME = "veritas-watch.service"
@@ -105,6 +106,7 @@ def _state_dir(config: Config) -> Iterator[Check]:
     for agent in agents:
         if agent.sessions.is_dir() and agent.sessions not in unreadable:
             transcripts += sum(1 for p in agent.sessions.iterdir() if classify_transcript(p.name) is not None)
+    databases = sum(1 for a in agents if a.sqlite.is_file())
     if unreadable:
         yield Check("state_dir", "fail", f"{len(unreadable)} sessions dir(s) not readable: "
                     + ", ".join(str(p) for p in unreadable[:3]),
@@ -113,7 +115,26 @@ def _state_dir(config: Config) -> Iterator[Check]:
         yield Check("state_dir", "warn", f"{state}: no agents yet (no {state / 'agents'}/<id>/)",
                     f"nothing to do if OpenClaw has not run yet; else {where}")
     else:
-        yield Check("state_dir", "ok", f"{state}: {len(agents)} agent(s), {transcripts} transcript(s)")
+        yield Check("state_dir", "ok", f"{state}: {len(agents)} agent(s), {transcripts} JSONL transcript(s), "
+                    f"{databases} SQLite transcript store(s)")
+        yield _workspaces(config, [a.agent_id for a in agents])
+
+
+def _workspaces(config: Config, agent_ids: Sequence[str]) -> Check:
+    """Each agent's workspace (resolved as OpenClaw does): where STATE.md is read and the index written."""
+    waiting = pending_counts(config.data_dir)
+    missing = []
+    for agent_id in agent_ids:
+        workspace = agent_workspace(config.state_dir, agent_id)
+        if not workspace.is_dir():
+            rows = waiting.get(agent_id, 0)
+            missing.append(f"{agent_id} -> {workspace}" + (f" ({rows} credential row(s) waiting)" if rows else ""))
+    if missing:
+        return Check("workspaces", "warn",
+                     f"{len(missing)} agent workspace(s) do not exist yet: " + "; ".join(missing[:5]),
+                     "nothing to do if the agent has not run yet (OpenClaw creates it); veritas-watch never creates "
+                     "it: gap detection sees no STATE.md and credential rows wait in the data dir until it exists")
+    return Check("workspaces", "ok", f"{len(agent_ids)} agent workspace(s) found")
 
 
 def _nearest_existing(path: Path) -> Path:

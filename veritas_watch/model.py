@@ -9,14 +9,25 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal
+from typing import Literal, get_args
 
 # One fixed namespace: point ids must be identical across processes, hosts and versions,
 # so that a replay of any entry is an overwrite of the same point, never a new one.
 POINT_NAMESPACE = uuid.UUID("6f1c1c8e-4f0e-5a57-9b6e-7665726974a5")
 
 SourceKind = Literal["jsonl", "sqlite", "api"]
+MaskKind = Literal["", "hinted", "opaque"]
 Role = Literal["user", "assistant"]
+# Who the current turn of a session belongs to (denoise.next_turn): a person's (`conversation`, and
+# `working` while tools run for it), a heartbeat/cron poll's (`background`), or the `/new` greeting's.
+TurnKind = Literal["conversation", "working", "background", "greeting"]
+_TURN_KINDS = frozenset(get_args(TurnKind))
+
+
+def restore_turn(value: object) -> TurnKind:
+    """A turn kind read back from a cursor: kept as saved (a turn split across reads when tailing live is
+    judged as if read at once); anything unknown is `conversation`."""
+    return value if isinstance(value, str) and value in _TURN_KINDS else "conversation"  # type: ignore[return-value]
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +87,7 @@ class ParsedLine:
     provenance_kind: str | None = None
     provenance_source: str | None = None
     display: bool = True
+    reason: str | None = None  # a `reset` event's reason: new, reset, idle, daily, cron-stale, ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +117,11 @@ class Entry:
     timestamp: str | None
     source: SourceRef
     kind: str = "conversation"  # the OPC memory schema's `type`
+    speaker: str | None = None  # who said it, when the transcript names them (a group member: `user:<id>`, a name)
+    # The point identity when it is not the transcript entry: a group member's message quoted in
+    # several user lines is one memory, keyed by what it is (session, sender, time, body), while
+    # `entry_id` and `source` name the line it was read from.
+    point_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,11 +141,12 @@ class Chunk:
 
     @property
     def point_id(self) -> str:
-        return point_id(self.entry.agent_id, self.entry.session_id, self.entry.entry_id, self.index)
+        entry = self.entry
+        return point_id(entry.agent_id, entry.session_id, entry.point_key or entry.entry_id, self.index)
 
     def payload(self) -> dict[str, object]:
         entry = self.entry
-        return {
+        payload: dict[str, object] = {
             "agent_id": entry.agent_id,
             "type": entry.kind,
             "data": self.text,
@@ -142,6 +160,9 @@ class Chunk:
             "ts": iso_to_epoch(entry.timestamp),
             "position": entry.source.position,
         }
+        if entry.speaker is not None:  # only then: every other stored payload stays as it was
+            payload["speaker"] = entry.speaker
+        return payload
 
 
 def iso_to_epoch(timestamp: str | None) -> float | None:
@@ -165,8 +186,32 @@ class SessionState:
     session_id: str | None
     session_kind: str = "unknown"  # unknown | conversation | cron
     last_entry_ts: str | None = None
-    turn: Literal["conversation", "background"] = "conversation"  # denoise.TurnKind
+    turn: TurnKind = "conversation"
     previous_text: str | None = None  # the last stored turn (redacted, clipped): context for the next one
+    conversation_entries: int = 0  # entries stored since the conversation began (the session, or its last reset)
+
+    def next_conversation(self) -> None:
+        """A reset: what follows is another conversation (kind, turn and context start over)."""
+        self.session_kind = "unknown"
+        self.turn = "conversation"
+        self.previous_text = None
+        self.conversation_entries = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationEnd:
+    """A conversation that ended inside a transcript: what gap detection needs to check it.
+
+    OpenClaw 2026.9 keeps one session across `/new` and `/reset` and appends a `reset` event, so a
+    session holds several conversations; deleting a session ends its last one.
+    """
+
+    session_id: str  # the point session id
+    ended_at: str | None  # the conversation's last entry time (ISO, UTC)
+    session_kind: str  # conversation | cron | unknown
+    reason: str  # the reset's reason (new, reset, idle, daily, ...) or "deleted"
+    transcript: str  # where it ended: the reset event (`db#session:seq`) or the session
+    seq: int | None = None  # the reset event's seq, when there is one
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +224,9 @@ class SecretFinding:
     fingerprint: str  # short keyed hash, never a prefix of the value
     start: int  # span in the original text
     end: int
+    # An OpenClaw mask rather than a value: "hinted" (`sk-pro…HNzL`, the mask identifies the
+    # credential) or "opaque" (`***`, it does not). Empty for a value found in the text.
+    masked: MaskKind = ""
 
 
 @dataclass(frozen=True, slots=True)

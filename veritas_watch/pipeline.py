@@ -18,19 +18,32 @@ from typing import TypeVar
 
 import structlog
 
-from veritas_watch.model import Chunk, Entry, ParseError, RawRecord, SecretFinding, SessionState, Skip, SourceRef
+from veritas_watch.model import (
+    Chunk,
+    ConversationEnd,
+    Entry,
+    ParsedLine,
+    ParseError,
+    RawRecord,
+    SecretFinding,
+    SessionState,
+    Skip,
+    SourceRef,
+)
 from veritas_watch.sinks.embed import Embedder
 from veritas_watch.sinks.store import SparseVector, Store, StoredPoint, StoreMeta, store_meta_for
 from veritas_watch.transforms.chunk import chunk_entry
 from veritas_watch.transforms.denoise import (
+    HistoryMessage,
     clean_message,
     detection_text,
     first_user_text,
+    history_messages,
     is_cron_prompt,
     next_turn,
 )
 from veritas_watch.transforms.parse import parse_line
-from veritas_watch.transforms.redact import redact_with_matches
+from veritas_watch.transforms.redact import redact, redact_with_matches
 from veritas_watch.transforms.tokenize import SPARSE_SCHEME, sparse_document
 
 log = structlog.get_logger()
@@ -57,12 +70,20 @@ class Transformed:
     found: list[Found] = field(default_factory=list)
     skipped: Counter[str] = field(default_factory=Counter)
     invalid: list[tuple[SourceRef, str]] = field(default_factory=list)
+    ends: list[ConversationEnd] = field(default_factory=list)  # conversations a `reset` event ended
 
 
 def transform_records(records: Sequence[RawRecord], state: SessionState, *, fallback_session: str,
                       redact_key: bytes, max_line_bytes: int, chunk_chars: int, chunk_overlap: int,
                       keep_values: bool = False) -> Transformed:
-    """Pure apart from `state`, which it advances (header id, cron classification, last entry time)."""
+    """Pure apart from `state`, which it advances (header id, cron classification, turn, last entry time).
+
+    A user line may quote a group chat's members (`denoise.history_messages`): each of their
+    messages becomes an entry of its own, before the line's own text, with its `speaker`, its own
+    time, the carrying line's `entry_id` and `source`, and a point identity from what it is
+    (`member_point_key`), so that a history block quoted again by a later line is the same points.
+    Within one call a point comes out once (its last occurrence, as a later call would overwrite it).
+    """
     out = Transformed()
     for record in records:
         line = parse_line(record.data, max_bytes=max_line_bytes)
@@ -74,6 +95,13 @@ def transform_records(records: Sequence[RawRecord], state: SessionState, *, fall
             out.skipped["session_header"] += 1
             continue
         session_id = state.session_id or fallback_session
+        if line.line_type == "reset":
+            if state.conversation_entries:  # an empty conversation (`/new` twice) needs no sync
+                out.ends.append(ConversationEnd(session_id, state.last_entry_ts, state.session_kind,
+                                                line.reason or "reset", record.source.render(), record.source.seq))
+            state.next_conversation()
+            out.skipped["conversation_reset"] += 1
+            continue
         if state.session_kind == "unknown" and (first := first_user_text(line)) is not None:
             state.session_kind = "cron" if is_cron_prompt(first) else "conversation"
         if state.session_kind == "cron":
@@ -81,30 +109,68 @@ def transform_records(records: Sequence[RawRecord], state: SessionState, *, fall
             continue
         cleaned = clean_message(line, turn=state.turn)
         state.turn = next_turn(state.turn, line, cleaned)
+        entry_id = line.entry_id or "h" + hashlib.blake2b(record.data, digest_size=10).hexdigest()
+        for member in history_messages(line):
+            _add_entry(out, state, _member_entry(out, record, line, session_id, entry_id, member, redact_key,
+                                                 keep_values), chunk_chars, chunk_overlap)
         if isinstance(cleaned, Skip):
             out.skipped[cleaned.reason] += 1
             # Tool output and narration are not memory, but a key pasted there must still be captured.
             if cleaned.reason.startswith("tool"):
-                scanned, matches = redact_with_matches(detection_text(line), redact_key)
-                out.found.extend(Found(record.agent_id, session_id, f, record.source, line.timestamp,
-                                       m.value if keep_values else None)
-                                 for f, m in zip(scanned.findings, matches, strict=True))
+                _scan(out, record, line, session_id, detection_text(line), line.timestamp, redact_key, keep_values)
             continue
         role, text = cleaned
-        redacted, matches = redact_with_matches(text, redact_key)
-        out.found.extend(Found(record.agent_id, session_id, f, record.source, line.timestamp,
-                               m.value if keep_values else None)
-                         for f, m in zip(redacted.findings, matches, strict=True))
-        entry_id = line.entry_id or "h" + hashlib.blake2b(record.data, digest_size=10).hexdigest()
-        entry = Entry(record.agent_id, session_id, entry_id, role, redacted.text, line.timestamp, record.source)
-        if entry.timestamp and (state.last_entry_ts is None or entry.timestamp > state.last_entry_ts):
-            state.last_entry_ts = entry.timestamp
-        chunks = list(chunk_entry(entry, chunk_chars, chunk_overlap))
-        if chunks and state.previous_text:
-            chunks[0] = dataclasses.replace(chunks[0], context=state.previous_text)
-        state.previous_text = entry.text[-CONTEXT_CHARS:]
-        out.chunks.extend(chunks)
+        redacted = _scan(out, record, line, session_id, text, line.timestamp, redact_key, keep_values)
+        entry = Entry(record.agent_id, session_id, entry_id, role, redacted, line.timestamp, record.source)
+        _add_entry(out, state, entry, chunk_chars, chunk_overlap)
+    if len(out.chunks) > 1:
+        last = {chunk.point_id: i for i, chunk in enumerate(out.chunks)}
+        if len(last) < len(out.chunks):
+            out.chunks = [chunk for i, chunk in enumerate(out.chunks) if last[chunk.point_id] == i]
     return out
+
+
+def member_point_key(member: HistoryMessage, redact_key: bytes) -> str:
+    """What identifies a quoted group message in its session: sender, time and body as written.
+
+    The body is hashed redacted (a secret never goes into an id, even hashed); the session and agent
+    are added by `model.point_id`. Never an OpenClaw entry id (those have no `:`).
+    """
+    body = redact(member.body, redact_key).text
+    material = "\x1f".join((member.sender_key, member.stamp, body)).encode("utf-8", "replace")
+    return "m:" + hashlib.blake2b(material, digest_size=16).hexdigest()
+
+
+def _member_entry(out: Transformed, record: RawRecord, line: ParsedLine, session_id: str, entry_id: str,
+                  member: HistoryMessage, redact_key: bytes, keep_values: bool) -> Entry:
+    """A group member's message as an entry: redacted exactly like the line's own text."""
+    seen_at = member.timestamp or line.timestamp  # without a time of its own: when it was quoted
+    text = _scan(out, record, line, session_id, member.text, seen_at, redact_key, keep_values)
+    speaker = member.speaker
+    if speaker is not None:
+        speaker = _scan(out, record, line, session_id, speaker, seen_at, redact_key, keep_values)
+    return Entry(record.agent_id, session_id, entry_id, "user", text, seen_at, record.source,
+                 speaker=speaker, point_key=member_point_key(member, redact_key))
+
+
+def _scan(out: Transformed, record: RawRecord, line: ParsedLine, session_id: str, text: str, seen_at: str | None,
+          redact_key: bytes, keep_values: bool) -> str:
+    """`text` redacted; every credential found in it recorded with where it can be recovered."""
+    redacted, matches = redact_with_matches(text, redact_key)
+    out.found.extend(Found(record.agent_id, session_id, f, record.source, seen_at, m.value if keep_values else None)
+                     for f, m in zip(redacted.findings, matches, strict=True))
+    return redacted.text
+
+
+def _add_entry(out: Transformed, state: SessionState, entry: Entry, chunk_chars: int, chunk_overlap: int) -> None:
+    if entry.timestamp and (state.last_entry_ts is None or entry.timestamp > state.last_entry_ts):
+        state.last_entry_ts = entry.timestamp
+    state.conversation_entries += 1
+    chunks = list(chunk_entry(entry, chunk_chars, chunk_overlap))
+    if chunks and state.previous_text:
+        chunks[0] = dataclasses.replace(chunks[0], context=state.previous_text)
+    state.previous_text = entry.text[-CONTEXT_CHARS:]
+    out.chunks.extend(chunks)
 
 
 @dataclass

@@ -202,6 +202,8 @@ def hit_to_result(hit: Hit | MemoryHit) -> dict[str, object]:
         "timestamp": p.get("timestamp"),
         "source": p.get("source"),
     }
+    if p.get("speaker") is not None:  # a group member's message: who said it
+        result["speaker"] = p.get("speaker")
     if isinstance(hit, MemoryHit):
         result["neighbour_of"] = hit.neighbour_of
     return result
@@ -247,7 +249,8 @@ def context_block(hits: Sequence[MemoryHit], max_chars: int) -> str:
         if not text:
             continue
         when = _when(p)
-        label = f"[{when} {p.get('role') or ''}]".replace("[ ", "[") if when else f"[{p.get('role') or 'memory'}]"
+        who = p.get("speaker") or p.get("role")  # a group member is named, not just "user"
+        label = f"[{when} {who or ''}]".replace("[ ", "[") if when else f"[{who or 'memory'}]"
         if p.get("type") == "knowledge":
             label = f"[{when} noted]".replace("[ ", "[")
         line = f"- {label} {text}"

@@ -7,9 +7,13 @@ import contextlib
 import os
 import time
 from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from veritas_watch.features.capture import credentials_per_agent
+from veritas_watch.openclaw import agent_workspace
 from veritas_watch.sources.cursors import FileCursor
+from veritas_watch.sources.sqlite_feed import SqliteSource
 
 if TYPE_CHECKING:
     from veritas_watch.daemon import Daemon
@@ -24,26 +28,51 @@ def _size(path: str) -> int | None:
 
 
 def _new_agent() -> dict[str, Any]:
-    return {"files": 0, "lag_bytes": 0, "last_entry_at": None, "entries_stored": None, "sessions": 0,
-            "open_gaps": 0, "credentials_captured": 0}
+    return {"files": 0, "lag_bytes": 0, "lag_rows": 0, "last_entry_at": None, "entries_stored": None,
+            "sessions": 0, "open_gaps": 0, "credentials_captured": 0}
 
 
-def agents_from_cursors(cursors: Iterable[tuple[FileCursor, int | None]]) -> dict[str, dict[str, Any]]:
-    """Group (cursor, current size) pairs by agent: files, lag in bytes, last entry time."""
+def agents_from_cursors(cursors: Iterable[tuple[FileCursor, int | None]],
+                        sqlite: Iterable[SqliteSource] = ()) -> dict[str, dict[str, Any]]:
+    """Per agent, from both sources: files, sessions, lag (bytes and rows), last entry time.
+
+    A session is counted once by the id its points carry (a session migrated from JSONL into SQLite
+    has the same one in both).
+    """
     agents: dict[str, dict[str, Any]] = {}
     sessions: dict[str, set[str]] = {}
+
+    def saw(agent_id: str, session_id: object, last_entry_ts: object) -> dict[str, Any]:
+        agent = agents.setdefault(agent_id, _new_agent())
+        if isinstance(session_id, str) and session_id:
+            sessions.setdefault(agent_id, set()).add(session_id)
+        newest = agent["last_entry_at"]
+        if isinstance(last_entry_ts, str) and last_entry_ts and (newest is None or last_entry_ts > newest):
+            agent["last_entry_at"] = last_entry_ts
+        return agent
+
     for cursor, size in cursors:
-        agent = agents.setdefault(cursor.agent_id, _new_agent())
+        agent = saw(cursor.agent_id, cursor.session_id, cursor.last_entry_ts)
         agent["files"] += 1
         agent["lag_bytes"] += max(0, (size if size is not None else cursor.offset) - cursor.offset)
-        if cursor.session_id:
-            sessions.setdefault(cursor.agent_id, set()).add(cursor.session_id)
-        newest = agent["last_entry_at"]
-        if cursor.last_entry_ts and (newest is None or cursor.last_entry_ts > newest):
-            agent["last_entry_at"] = cursor.last_entry_ts
+    for source in sqlite:
+        agent = agents.setdefault(source.agent_id, _new_agent())
+        agent["lag_rows"] += source.lag_rows
+        for sid, state in source.states.items():
+            # A deleted session is no session any more, but its memories (and their time) stay.
+            session = None if state.get("vanished") else state.get("point_session_id") or sid
+            saw(source.agent_id, session, state.get("last_entry_ts"))
     for agent_id, ids in sessions.items():
         agents[agent_id]["sessions"] = len(ids)
     return agents
+
+
+def add_credentials(state_dir: Path, data_dir: Path, agents: dict[str, dict[str, Any]]) -> None:
+    """Credentials indexed per agent, and the workspace where its index and STATE.md are (or will be)."""
+    for agent_id, count in credentials_per_agent(state_dir, data_dir, agents).items():
+        workspace = agent_workspace(state_dir, agent_id)
+        agents[agent_id].update(credentials_captured=count, workspace=str(workspace),
+                                workspace_exists=workspace.is_dir())
 
 
 def count_entries(store: Store, agents: dict[str, dict[str, Any]]) -> None:
@@ -54,16 +83,14 @@ def count_entries(store: Store, agents: dict[str, dict[str, Any]]) -> None:
 async def daemon_status(daemon: Daemon) -> dict[str, Any]:
     rt = daemon.rt
     assert rt is not None
-    tracked = [(t.committed, t.size) for t in rt.tailer.files.values()]
-    agents = agents_from_cursors(tracked)
+    tracked = [(t.committed, t.size) for t in list(rt.tailer.files.values())]
+    agents = agents_from_cursors(tracked, rt.sqlite.sources())
     with contextlib.suppress(TimeoutError):  # a hung store write must not hang `status`: counts left empty
         await asyncio.wait_for(rt.sink.in_store_thread(lambda: count_entries(rt.sink.store, agents)), 2.0)
     stats = rt.sink.stats
     open_gaps = daemon.gaps.open_gaps() if daemon.gaps is not None else []
     if daemon.capture is not None:
-        for agent_id, count in daemon.capture.captured.items():
-            if agent_id in agents:
-                agents[agent_id]["credentials_captured"] = count
+        add_credentials(daemon.config.state_dir, daemon.config.data_dir, agents)
     for gap in open_gaps:
         agents.setdefault(gap.agent_id, _new_agent())["open_gaps"] += 1
     return {
@@ -92,8 +119,12 @@ async def daemon_status(daemon: Daemon) -> dict[str, Any]:
     }
 
 
-def offline_status(cursors: list[FileCursor], store: Store | None) -> dict[str, Any]:
-    agents = agents_from_cursors((c, _size(c.path)) for c in cursors)
+def offline_status(cursors: list[FileCursor], store: Store | None, sqlite: Iterable[SqliteSource] = (),
+                   dirs: tuple[Path, Path] | None = None) -> dict[str, Any]:
+    """`dirs`: (state dir, data dir), to count credentials."""
+    agents = agents_from_cursors(((c, _size(c.path)) for c in cursors), sqlite)
+    if dirs is not None:
+        add_credentials(*dirs, agents)
     if store is not None:
         count_entries(store, agents)
     return {"running": False, "agents": agents, "backlog_bytes": sum(a["lag_bytes"] for a in agents.values())}

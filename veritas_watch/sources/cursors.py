@@ -155,6 +155,10 @@ class CursorStore:
                 log.error("cursor_corrupt", db=db, session_id=session_id, error=str(exc))
         return result
 
+    def sqlite_dbs(self) -> list[str]:
+        """Every database with a committed session cursor (offline `status`)."""
+        return [row[0] for row in self._db.execute("SELECT DISTINCT db FROM db_cursors ORDER BY db")]
+
     def commit_sqlite(self, db: str, states: dict[str, dict[str, object]], removed: Iterable[str] = ()) -> None:
         with self._transaction():
             self._db.executemany(

@@ -133,8 +133,10 @@ class SessionInfo:
     session_key: str | None
     previous_session_id: str | None  # set on a reset / rollover / fork window
     started_at: int | None  # epoch ms (started_at, else created_at)
-    ended: bool  # the key moved on to another window, or ended_at is set
-    ended_at: int | None  # epoch ms, as OpenClaw recorded it (often NULL)
+    # The key moved on to another window (a rollover, or a reset in builds that opened a new window).
+    # Not `ended_at`: OpenClaw 2026.9 sets it (and status 'done') after every finished run.
+    ended: bool
+    ended_at: int | None  # epoch ms, as OpenClaw recorded it: when the last run finished
     reason: str | None  # initial, reset, rollover, fork, rewind, switch, recovery, compaction
     cold_archived: bool  # its rows were moved to a cold archive file (schema 20+)
     last_seq: int | None  # highest seq (None: no rows); lag = last_seq + 1 - cursor.next_seq
@@ -549,7 +551,7 @@ class SqliteTranscriptReader:
                     session_key=_text(key),
                     previous_session_id=_text(prev),
                     started_at=_int(started) if _int(started) is not None else _int(created),
-                    ended=_int(ended_at) is not None or (cur is not None and cur != sid),
+                    ended=cur is not None and cur != sid,
                     ended_at=_int(ended_at),
                     reason=_text(reason),
                     cold_archived=sid in snap.cold,

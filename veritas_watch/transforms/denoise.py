@@ -25,9 +25,16 @@ neither party's words (emails, web pages, attached files fed in by hooks), it ca
 storing it would let an injected instruction come back later through recall as trusted memory.
 
 Turn context: a reply to a heartbeat, cron or other runtime-generated prompt is background traffic
-even when it carries no `HEARTBEAT_OK` (status reports, "nothing urgent" notes). `clean_message`
-is per line, so the caller carries the turn kind: `turn = next_turn(turn, line, result)` after each
-line, starting at "conversation" for every session. Without it the per-line rules still apply.
+even when it carries no `HEARTBEAT_OK` (status reports, "nothing urgent" notes), unless the heartbeat
+arrived while a person's request was still being worked on (see `next_turn`); the reply to the
+`/new` / `/reset` start-up prompt is a scripted greeting (`session_greeting`). `clean_message` is per
+line, so the caller carries the turn kind: `turn = next_turn(turn, line, result)` after each line,
+starting at "conversation" for every session. Without it the per-line rules still apply.
+
+Group chats: the members' messages since the agent's last reply arrive inside the user line, in a
+`Chat history since last reply` block (fenced JSON `[{"sender", "timestamp_ms", "body"}]`, or in
+the newer marker form one `[#id] [time] sender: body` line each). `clean_message` strips the block
+like any metadata; `history_messages` returns its messages, each cleaned like a user message.
 
 Whitespace: line ends trimmed, runs of spaces inside a line collapsed, at most one blank line in a
 row (paragraph breaks kept), indentation kept.
@@ -35,11 +42,14 @@ row (paragraph breaks kept), indentation kept.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Final, Literal
 
-from veritas_watch.model import ParsedLine, Role, Skip
+from veritas_watch.model import ParsedLine, Role, Skip, TurnKind
+from veritas_watch.transforms.parse import epoch_ms_to_iso, replace_surrogates
 
 # ---- skip reasons (stable: metrics and logs key on them) ------------------------------------------
 NOT_A_MESSAGE: Final = "not_a_message"  # header, compaction, model_change, custom, ...
@@ -54,6 +64,7 @@ INTERNAL_PROVENANCE: Final = "internal_provenance"  # internal_system (non heart
 HEARTBEAT_POLL: Final = "heartbeat_poll"
 HEARTBEAT_ACK: Final = "heartbeat_ack"
 BACKGROUND_REPLY: Final = "background_reply"  # assistant text answering a heartbeat/cron/scheduled prompt
+SESSION_GREETING: Final = "session_greeting"  # the assistant's reply to the `/new` / `/reset` start-up prompt
 CRON_PROMPT: Final = "cron_prompt"
 SCHEDULED_PROMPT: Final = "scheduled_prompt"  # runtime prompt (custom heartbeat...) with a Current time trailer
 SESSION_RESET_PROMPT: Final = "session_reset_prompt"
@@ -79,6 +90,7 @@ SkipReason = Literal[
     "heartbeat_poll",
     "heartbeat_ack",
     "background_reply",
+    "session_greeting",
     "cron_prompt",
     "scheduled_prompt",
     "session_reset_prompt",
@@ -105,6 +117,7 @@ SKIP_REASONS: Final[frozenset[str]] = frozenset(
         HEARTBEAT_POLL,
         HEARTBEAT_ACK,
         BACKGROUND_REPLY,
+        SESSION_GREETING,
         CRON_PROMPT,
         SCHEDULED_PROMPT,
         SESSION_RESET_PROMPT,
@@ -121,8 +134,16 @@ SKIP_REASONS: Final[frozenset[str]] = frozenset(
 
 # Skips of user lines that open a background turn (the reply that follows is not conversation).
 _BACKGROUND_PROMPTS: Final = frozenset({HEARTBEAT_POLL, CRON_PROMPT, SCHEDULED_PROMPT})
+# Assistant lines that are work towards a reply, not the reply: the person's request is still open.
+_TOOL_WORK: Final = frozenset({TOOL_ONLY, TOOL_TURN_NARRATION})
+# Assistant lines that say nothing about where the turn stands (a failed call, a copy, a hidden line).
+_TURN_NEUTRAL: Final = frozenset({ASSISTANT_ERROR, DELIVERY_MIRROR, HIDDEN, UNSUPPORTED_ROLE, NOT_A_MESSAGE})
 
-TurnKind = Literal["conversation", "background"]
+# Where a session stands, as far as the next assistant text is concerned:
+# - conversation: a person spoke; what the assistant says now is memory;
+# - working: the same, and the last thing the assistant did was tool work (the reply is still owed);
+# - background: a runtime prompt (heartbeat, cron, scheduled) is being answered: not memory;
+# - greeting: the start-up prompt of `/new` / `/reset` is being answered: boilerplate, not memory.
 
 _SYNTHETIC_PROVIDER: Final = "openclaw"  # delivery-mirror, gateway-injected: copies, not model output
 _ERROR_STOP_REASONS: Final = frozenset({"error", "aborted"})
@@ -207,6 +228,32 @@ _HEARTBEAT_AT_EDGE = re.compile(
 )
 _MEMORY_CHATTER_LINE = re.compile(r"(?:memory-[a-z0-9_.-]+ ok\b[.!]?|NO_REPLY)", re.I)
 
+# Group chat history (see `history_messages`). The label is one of the metadata labels above, so the
+# block it opens is stripped from the carrying message either way.
+_HISTORY_HINT: Final = "Chat history since last reply"
+_HISTORY_LABEL = re.compile(
+    r"Chat history since last reply \(untrusted, for context\):"
+    r"|(?:\[[^\]\n]*\][ \t]*)?Chat history since last reply:[ \t]*⟦openclaw:ctx⟧"
+)
+MAX_HISTORY_MESSAGES: Final = 200  # per user line; OpenClaw itself sends at most 20 (older builds: its history limit)
+_MAX_SPEAKER_CHARS: Final = 200
+_NEUTRALIZED_FENCE: Final = "`\u200b``"  # OpenClaw breaks ``` inside quoted bodies so they cannot close the fence
+# Marker form, one message a line: `[#<message id> ][<time> ][[reply target] ][->#<id> ]<sender>: <body>`.
+_HISTORY_LINE = re.compile(
+    r"(?:#\S{1,200} )?"
+    r"(?:(?P<time>\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,6})?)?"
+    r"(?: ?(?:Z|UTC|GMT|[A-Z]{2,5})(?:[+-]\d{1,2}(?::?\d{2})?)?| ?[+-]\d{2}:?\d{2})?) )?"
+    r"(?:\[reply target\] )?(?:->#\S{1,200} )?"
+    r"(?P<sender>[^\n]{1,500}?): (?P<body>[^\n]+)"
+)
+_HISTORY_TIME = re.compile(
+    r"(?P<date>\d{4}-\d{2}-\d{2})[ T](?P<clock>\d{2}:\d{2}(?::\d{2}(?:\.\d{1,6})?)?)"
+    r" ?(?:(?P<utc>Z|UTC|GMT)(?:(?P<sign>[+-])(?P<hours>\d{1,2})(?::?(?P<minutes>\d{2}))?)?"
+    r"|(?P<sign2>[+-])(?P<hours2>\d{2}):?(?P<minutes2>\d{2}))"
+)
+_MEDIA_NOTE = re.compile(r"\[(image|audio|video|application|text)/[^\]\n]{0,300}\]")
+_UNKNOWN_SENDER: Final = "unknown sender"
+
 _TRAILING_SPACE = re.compile(r"[ \t\u00a0\u200b]+$", re.M)
 _INNER_SPACE = re.compile(r"(?<=\S)[ \t\u00a0]{2,}")
 _BLANK_LINES = re.compile(r"\n{3,}")
@@ -243,13 +290,37 @@ def clean_message(line: ParsedLine, *, turn: TurnKind = "conversation") -> tuple
 def next_turn(turn: TurnKind, line: ParsedLine, result: tuple[Role, str] | Skip) -> TurnKind:
     """The turn kind after `line`, given what `clean_message` returned for it.
 
-    A user line opens a turn: background when it was a heartbeat, cron or scheduled prompt,
-    conversation otherwise. Every other line keeps the current turn.
+    A user line opens a turn: `greeting` after the `/new` / `/reset` start-up prompt, `background`
+    after a heartbeat, cron or scheduled prompt, `conversation` otherwise. One exception: a heartbeat
+    poll that arrives while a person's request is still being worked on (`working`: the assistant's
+    last act in that turn was tool work, no reply yet) does not take the turn over. The model carries
+    on with the request (a heartbeat is how OpenClaw lets it), so the reply that follows is the
+    person's answer; an ack is still an ack (`HEARTBEAT_OK` at the start or end of it).
+    In a person's turn, tool work makes it `working` and a reply (or a silent or ack reply) makes it
+    `conversation` again; failed calls, copies and hidden lines change nothing. Other turns keep
+    their kind until the next user line.
     """
-    if line.line_type != "message" or line.role != "user":
+    if line.line_type != "message":
         return turn
-    if isinstance(result, Skip) and result.reason in _BACKGROUND_PROMPTS:
-        return "background"
+    if line.role == "user":
+        if isinstance(result, Skip):
+            if result.reason == SESSION_RESET_PROMPT:
+                return "greeting"
+            if result.reason == HEARTBEAT_POLL and turn == "working":
+                return "working"
+            if result.reason in _BACKGROUND_PROMPTS:
+                return "background"
+        return "conversation"
+    if line.role != "assistant" or turn not in ("conversation", "working"):
+        return turn
+    if isinstance(result, Skip):
+        if result.reason in _TOOL_WORK:
+            return "working"
+        if result.reason in _TURN_NEUTRAL:
+            return turn
+        return "conversation"
+    if line.stop_reason in _ERROR_STOP_REASONS:
+        return turn  # the partial text of a failed call: the reply may still be owed
     return "conversation"
 
 
@@ -271,6 +342,52 @@ def is_cron_prompt(text: str) -> bool:
 def detection_text(line: ParsedLine) -> str:
     """Every piece of text the line carries, tool traffic included: input for credential detection only."""
     return "\n".join(block.text for block in line.blocks if block.text)
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryMessage:
+    """One message of a group chat's `Chat history since last reply` block, as its own memory.
+
+    `text` is cleaned like any user message (not yet redacted); `speaker` is who said it, as the
+    channel names them (`user:<id>`, a display name), None when unnamed. `sender_key`, `stamp` and
+    `body` are the message as written: what identifies it when the same block comes again.
+    """
+
+    speaker: str | None
+    timestamp: str | None  # ISO-8601 UTC from `timestamp_ms` (or the marker form's time), None if unknown
+    text: str
+    sender_key: str
+    stamp: str  # `timestamp_ms` as digits, the marker form's time as written, or "" when there is none
+    body: str
+
+
+def history_messages(line: ParsedLine) -> list[HistoryMessage]:
+    """The group members' messages quoted in a user line's chat-history blocks, oldest first.
+
+    OpenClaw prepends the messages a group sent since the agent last replied (the agent was not
+    addressed by them) to the next message that does address it. They are what people said, so each
+    becomes a memory of its own; the block itself is stripped from the carrying message by
+    `clean_message`. Both forms: a `Chat history since last reply (untrusted, for context):` label or
+    a `Chat history since last reply: ⟦openclaw:ctx⟧` label, then a fenced JSON array of
+    `{"sender", "timestamp_ms", "body"}` (a truncated array keeps its complete items), or (newest
+    marker form) one `[#id] [time] sender: body` line per message. Items without a string body, or
+    whose body is nothing but scaffolding or a media placeholder once cleaned, are left out. Only
+    blocks the cleaner would strip count: not ones inside external content, recalled memory or the
+    runtime's internal context. At most `MAX_HISTORY_MESSAGES` (the newest) per line.
+    """
+    if line.line_type != "message" or line.role != "user" or not line.display:
+        return []
+    if line.provenance_kind in ("internal_system", "inter_session"):
+        return []
+    text = _joined_text(line)
+    if _HISTORY_HINT not in text:
+        return []
+    blocks: list[list[str]] = []
+    _strip_user(text, history=blocks)
+    found: list[HistoryMessage] = []
+    for block in blocks:
+        found.extend(_history_block(block))
+    return found[-MAX_HISTORY_MESSAGES:]
 
 
 # ---- user ------------------------------------------------------------------------------------------
@@ -325,7 +442,8 @@ def _clean_user(line: ParsedLine) -> tuple[Role, str] | Skip:
     return ("user", text)
 
 
-def _strip_user(text: str) -> _Stripped:
+def _strip_user(text: str, history: list[list[str]] | None = None) -> _Stripped:
+    """Strip the scaffolding; with `history`, also collect the lines of each chat-history block stripped."""
     channel = system = queued = media = external = False
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     if "<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>" in text:
@@ -343,7 +461,7 @@ def _strip_user(text: str) -> _Stripped:
         text, found = _EXTERNAL.subn(_EXTERNAL_PLACEHOLDER, text)
         external = found > 0
     if _SCAFFOLD_HINT.search(text):
-        text, flags = _strip_scaffold_lines(text)
+        text, flags = _strip_scaffold_lines(text, history)
         channel = channel or flags[0]
         system, queued, media = flags[1], flags[2], flags[3]
     if "[" in text:
@@ -357,8 +475,13 @@ def _strip_user(text: str) -> _Stripped:
     return _Stripped(_collapse(text), channel, system, queued, media, external)
 
 
-def _strip_scaffold_lines(text: str) -> tuple[str, tuple[bool, bool, bool, bool]]:
-    """One pass over the lines, dropping scaffolding blocks. Returns (text, (channel, system, queued, media))."""
+def _strip_scaffold_lines(
+    text: str, history: list[list[str]] | None = None
+) -> tuple[str, tuple[bool, bool, bool, bool]]:
+    """One pass over the lines, dropping scaffolding blocks. Returns (text, (channel, system, queued, media)).
+
+    With `history`, the lines of every chat-history block dropped (fence lines included) are appended to it.
+    """
     channel = system = queued = media = False
     lines = text.split("\n")
     kept: list[str] = []
@@ -387,7 +510,10 @@ def _strip_scaffold_lines(text: str) -> tuple[str, tuple[bool, bool, bool, bool]
                 i += 1
         elif _OLD_SENTINEL.fullmatch(line) or (_CTX_MARKER in line and _NEW_LABEL.fullmatch(line)):
             channel = True
-            i = _skip_metadata_block(lines, i + 1)
+            end = _skip_metadata_block(lines, i + 1)
+            if history is not None and _HISTORY_LABEL.fullmatch(line):
+                history.append(lines[i + 1 : end])
+            i = end
         elif _CTX_MARKER in line:
             channel = True  # a marker in a shape we do not know: drop the line, never keep the marker
             i += 1
@@ -412,6 +538,117 @@ def _skip_metadata_block(lines: list[str], start: int) -> int:
     while end < n and lines[end].strip():
         end += 1
     return end
+
+
+# ---- group chat history ----------------------------------------------------------------------------
+
+
+def _history_block(lines: list[str]) -> list[HistoryMessage]:
+    if lines and lines[0].strip().startswith("```"):
+        inner = lines[1:]
+        if inner and inner[-1].strip() == "```":
+            inner = inner[:-1]
+        items = _json_items("\n".join(inner))
+        return [m for item in items if (m := _history_item(item)) is not None]
+    return [m for raw in lines if (m := _history_line(raw.strip())) is not None]
+
+
+def _json_items(payload: str) -> list[object]:
+    """The items of a JSON array; of a truncated or broken one, the complete items before the damage."""
+    try:
+        value = json.loads(payload)
+    except (ValueError, RecursionError):
+        return _salvage_items(payload)
+    return value if isinstance(value, list) else []
+
+
+def _salvage_items(payload: str) -> list[object]:
+    start = payload.find("[")
+    if start < 0:
+        return []
+    decoder = json.JSONDecoder()
+    items: list[object] = []
+    i, n = start + 1, len(payload)
+    while True:
+        while i < n and payload[i] in " \t\r\n,":
+            i += 1
+        if i >= n or payload[i] == "]":
+            return items
+        try:
+            item, i = decoder.raw_decode(payload, i)
+        except (ValueError, RecursionError):
+            return items
+        items.append(item)
+
+
+def _history_item(item: object) -> HistoryMessage | None:
+    if not isinstance(item, dict):
+        return None
+    body = item.get("body")
+    if not isinstance(body, str):
+        return None
+    speaker, sender_key = _speaker(item.get("sender"))
+    ms = item.get("timestamp_ms")
+    timestamp = epoch_ms_to_iso(ms)
+    stamp = ""
+    if timestamp is not None and isinstance(ms, int | float):
+        stamp = str(int(ms)) if float(ms).is_integer() else repr(float(ms))
+    return _history_message(speaker, sender_key, stamp, timestamp, body)
+
+
+def _history_line(raw: str) -> HistoryMessage | None:
+    match = _HISTORY_LINE.fullmatch(raw)
+    if match is None:
+        return None
+    speaker, sender_key = _speaker(match["sender"])
+    stamp = match["time"] or ""
+    body = _MEDIA_NOTE.sub(lambda m: f"[{'file' if m[1] in ('application', 'text') else m[1]}]", match["body"])
+    return _history_message(speaker, sender_key, stamp, _history_time(stamp), body)
+
+
+def _history_message(
+    speaker: str | None, sender_key: str, stamp: str, timestamp: str | None, body: str
+) -> HistoryMessage | None:
+    body = replace_surrogates(body.replace("\x00", ""))
+    text = _strip_user(body.replace(_NEUTRALIZED_FENCE, "```")).text
+    if not text or _PLACEHOLDER_ONLY.fullmatch(text) or text == _EXTERNAL_PLACEHOLDER:
+        return None
+    return HistoryMessage(speaker, timestamp, text, sender_key, stamp, body)
+
+
+def _speaker(sender: object) -> tuple[str | None, str]:
+    """(who, as stored; the sender as written, for identity). Newer builds may send an object."""
+    if isinstance(sender, dict):
+        names = (sender.get(key) for key in ("name", "label", "username", "id"))
+        sender = next((name for name in names if isinstance(name, str) and name.strip()), None)
+    if isinstance(sender, int) and not isinstance(sender, bool):
+        sender = str(sender)
+    if not isinstance(sender, str):
+        return None, ""
+    key = replace_surrogates(sender.replace("\x00", ""))
+    speaker = " ".join(key.split())[:_MAX_SPEAKER_CHARS]
+    return (speaker if speaker and speaker != _UNKNOWN_SENDER else None), key
+
+
+def _history_time(stamp: str) -> str | None:
+    """The marker form's time (`2026-03-14 16:47:05 GMT+9`, `... UTC`, `... +09:00`) as ISO-8601 UTC.
+
+    None for a time without an offset or with a zone abbreviation (`EDT`): the caller falls back.
+    """
+    match = _HISTORY_TIME.fullmatch(stamp) if stamp else None
+    if match is None:
+        return None
+    sign = match["sign"] or match["sign2"]
+    hours = match["hours"] or match["hours2"]
+    minutes = match["minutes"] or match["minutes2"]
+    try:
+        moment = datetime.fromisoformat(f"{match['date']}T{match['clock']}").replace(tzinfo=UTC)
+        if sign:
+            offset = timedelta(hours=int(hours), minutes=int(minutes or 0))
+            moment = moment - offset if sign == "+" else moment + offset
+    except (ValueError, OverflowError):
+        return None
+    return epoch_ms_to_iso(moment.timestamp() * 1000)
 
 
 # ---- assistant -------------------------------------------------------------------------------------
@@ -456,6 +693,10 @@ def _clean_assistant(line: ParsedLine, turn: TurnKind) -> tuple[Role, str] | Ski
         return Skip(HEARTBEAT_ACK)
     if turn == "background":
         return Skip(BACKGROUND_REPLY)
+    if turn == "greeting":
+        # The start-up prompt asks for a greeting "in your configured persona" and a question about
+        # what to do: boilerplate the runtime asked for, whatever words the model chose.
+        return Skip(SESSION_GREETING)
     if _PLACEHOLDER_ONLY.fullmatch(text):
         return Skip(MEDIA_ONLY)
     return ("assistant", text)

@@ -103,6 +103,9 @@ def _parse(data: bytes, max_bytes: int) -> ParsedLine | ParseError:
 
     if line_type == "session":
         return ParsedLine(line_type="session", entry_id=entry_id, timestamp=timestamp, session_id=entry_id)
+    if line_type == "reset":  # 2026.9: `/new`, `/reset` and auto-resets append this to the same session
+        return ParsedLine(line_type="reset", entry_id=entry_id, timestamp=timestamp,
+                          reason=_opt_str(obj.get("reason")) or "reset")
     if line_type == "message":
         return _parse_message(obj, entry_id, timestamp)
     if line_type in ("compaction", "branch_summary"):
@@ -246,6 +249,26 @@ def _opt_str(value: object) -> str | None:
     return _clean(value) if isinstance(value, str) and value else None
 
 
+def replace_surrogates(text: str) -> str:
+    """Text decoded from JSON inside a message (which may hold `\\ud800` escapes), made safe to store."""
+    return _clean(text)
+
+
+def epoch_ms_to_iso(value: object) -> str | None:
+    """Epoch milliseconds (a JSON number, e.g. `timestamp_ms`) -> `YYYY-MM-DDTHH:MM:SS.mmmZ`, else None.
+
+    Always milliseconds, whatever the size (unlike `_iso`, which reads small values as seconds).
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    try:
+        return _format(datetime.fromtimestamp(value / 1000, tz=UTC))
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
 def _clean(text: str) -> str:
     """Replace lone surrogates (legal in JSON `\\ud800` escapes, illegal in UTF-8) with U+FFFD.
 
@@ -284,6 +307,10 @@ def _iso(value: object) -> str | None:
             return None
     if moment is None:
         return None
+    return _format(moment)
+
+
+def _format(moment: datetime) -> str:
     # Explicit fields: strftime("%Y") does not zero-pad years below 1000 on every platform.
     return (
         f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d}T{moment.hour:02d}:{moment.minute:02d}:"

@@ -1,0 +1,165 @@
+"""Session ends as OpenClaw 2026.9 writes them in its SQLite store, through the real daemon.
+
+A `reset` event (appended to the same session by `/new`, `/reset`, idle and daily resets) ends the
+conversation before it; a finished run (`session_windows.ended_at`, status 'done') does not; a deleted
+session ends its last conversation. The real OpenClaw drives the same cases in test_openclaw_real.py;
+here the writer is the fixture, so each case is cheap and exact.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import uuid
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from tests.daemon_harness import DaemonProcess, running_daemon, wait_for
+from tests.sqlite_fixture import OpenClawWriter, create_database, message_event
+from veritas_watch.model import RawRecord, SessionState, SourceRef
+from veritas_watch.pipeline import transform_records
+
+AGENT = "ops"  # not the default agent: its workspace is `<state>/workspace-ops` in every OpenClaw version
+STALE = "# STATE\n- 2020-01-01 00:00 UTC last sync\n"
+FRESH = "# STATE\n- 2099-01-01 00:00 UTC planned\n- {now} UTC synced\n"
+
+
+def msg(text: str, role: str = "user", *, event_id: str, ts: str) -> dict[str, object]:
+    at_ms = int(datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp() * 1000)
+    return message_event(text, role, event_id=event_id, at_ms=at_ms)
+
+
+def reset_event(reason: str, ts: str = "2026-11-30T10:00:00.000Z") -> dict[str, object]:
+    return {"type": "reset", "id": uuid.uuid4().hex[:8], "parentId": None, "timestamp": ts, "reason": reason}
+
+
+def setup(tmp_path: Path) -> tuple[Path, Path, Path, dict[str, str]]:
+    state, data = tmp_path / "state", tmp_path / "data"
+    db = state / "agents" / AGENT / "agent" / "openclaw-agent.sqlite"
+    db.parent.mkdir(parents=True)
+    create_database(db, "v23", agent_id=AGENT)
+    (state / f"workspace-{AGENT}").mkdir()
+    config = tmp_path / "veritas.toml"
+    config.write_text("[gaps]\ntolerance = 0\n[watch]\nsweep_interval = 0.5\n")
+    return state, data, db, {"VERITAS_WATCH_CONFIG": str(config)}
+
+
+def state_md(state: Path, text: str) -> None:
+    (state / f"workspace-{AGENT}" / "STATE.md").write_text(text)
+
+
+def finish_run(db: Path, sid: str) -> None:
+    """What OpenClaw 2026.9 does after every completed gateway run."""
+    conn = sqlite3.connect(db)
+    with conn:
+        conn.execute("UPDATE session_windows SET ended_at = 1796000000000, status = 'done' WHERE session_id = ?",
+                     (sid,))
+    conn.close()
+
+
+def gap_events(daemon: DaemonProcess) -> list[dict[str, object]]:
+    return daemon.events("gap_detected")
+
+
+def test_each_reset_ends_the_conversation_before_it(tmp_path: Path) -> None:
+    state, data, db, env = setup(tmp_path)
+    state_md(state, STALE)
+    with OpenClawWriter(db) as writer, running_daemon(state, data, extra_env=env) as daemon:
+        sid = writer.create_session(f"agent:{AGENT}:main")
+        writer.append(sid, msg("Rotate the VPN keys on Monday.", event_id="u1", ts="2026-11-30T09:00:00Z"),
+                      msg("Scheduled the VPN key rotation.", "assistant", event_id="a1",
+                                    ts="2026-11-30T09:00:05Z"))
+        finish_run(db, sid)
+        daemon.wait_idle()
+        assert gap_events(daemon) == [], "a finished run is not a session end"
+        (seq,) = writer.append(sid, reset_event("new"))
+        wait_for(lambda: gap_events(daemon), what="gap for /new")
+        (gap,) = gap_events(daemon)
+        assert gap["agent"] == AGENT and gap["session"] == sid
+        assert gap["transcript"] == f"{db}#{sid}:{seq}"
+        assert str(gap["session_end"]).startswith("2026-11-30T09:00:05")
+        # The next conversation follows in the same session; a reset with nothing said since is no end.
+        writer.append(sid, reset_event("reset"))
+        writer.append(sid, msg("Order two more rack PDUs.", event_id="u2", ts="2026-11-30T11:00:00Z"))
+        state_md(state, FRESH.format(now="2026-11-30 12:00"))
+        writer.append(sid, reset_event("reset"))
+        daemon.wait_idle()
+        assert len(gap_events(daemon)) == 1, gap_events(daemon)
+        ended = daemon.events("conversation_ended")
+        assert [e["reason"] for e in ended] == ["new", "reset"], ended
+        stored = {p["payload"]["entry_id"] for p in daemon.export(AGENT)}
+        assert stored == {"u1", "a1", "u2"}
+
+
+def test_a_restart_reports_no_live_session_and_no_end_twice(tmp_path: Path) -> None:
+    state, data, db, env = setup(tmp_path)
+    state_md(state, STALE)
+    with OpenClawWriter(db) as writer:
+        ended = writer.create_session(f"agent:{AGENT}:main")
+        writer.append(ended, msg("First topic.", event_id="u1", ts="2026-11-29T09:00:00Z"),
+                      reset_event("daily"),
+                      msg("Second topic, still open.", event_id="u2", ts="2026-11-30T09:00:00Z"))
+        live = writer.create_session(f"agent:{AGENT}:side")
+        writer.append(live, msg("A side question.", event_id="u3", ts="2026-11-30T09:30:00Z"))
+        for sid in (ended, live):
+            finish_run(db, sid)
+    with running_daemon(state, data, extra_env=env) as daemon:  # start-up: only the ended conversation
+        daemon.wait_idle()
+        (gap,) = gap_events(daemon)
+        assert gap["session"] == ended and str(gap["session_end"]).startswith("2026-11-29T09:00:00")
+    with running_daemon(state, data, extra_env=env) as daemon:  # the log file is shared by both runs
+        daemon.wait_idle()
+        assert len(gap_events(daemon)) == 1
+
+
+def test_a_deleted_session_ends_its_last_conversation_once(tmp_path: Path) -> None:
+    state, data, db, env = setup(tmp_path)
+    state_md(state, STALE)
+    with OpenClawWriter(db) as writer, running_daemon(state, data, extra_env=env) as daemon:
+        sid = writer.create_session(f"agent:{AGENT}:scratch")
+        writer.append(sid, msg("Scratch: vendor call Thursday.", event_id="u1", ts="2026-11-30T08:00:00Z"))
+        daemon.wait_idle()
+        writer.delete_session(sid)
+        wait_for(lambda: gap_events(daemon), what="gap for the deleted session")
+        daemon.wait_idle()
+        assert [e["reason"] for e in daemon.events("conversation_ended")] == ["deleted"]
+        assert len(gap_events(daemon)) == 1
+        agent = daemon.status()["agents"][AGENT]
+        assert agent["sessions"] == 0 and agent["last_entry_at"] == "2026-11-30T08:00:00.000Z", agent
+        assert {p["payload"]["entry_id"] for p in daemon.export(AGENT)} == {"u1"}, "deleted history stays"
+
+
+def test_a_rewritten_session_does_not_hand_its_resets_on_again(tmp_path: Path) -> None:
+    state, data, db, env = setup(tmp_path)
+    state_md(state, STALE)
+    with OpenClawWriter(db) as writer, running_daemon(state, data, extra_env=env) as daemon:
+        sid = writer.create_session(f"agent:{AGENT}:main")
+        writer.append(sid, msg("Topic one.", event_id="u1", ts="2026-11-30T08:00:00Z"),
+                      reset_event("new"),
+                      msg("Topic two.", event_id="u2", ts="2026-11-30T09:00:00Z"))
+        wait_for(lambda: daemon.events("conversation_ended"), what="the reset")
+        writer.update_event(sid, 3, msg("Topic two, edited.", event_id="u2b", ts="2026-11-30T09:00:00Z"))
+        wait_for(lambda: "u2b" in {p["payload"]["entry_id"] for p in daemon.export(AGENT)}, what="the rewrite")
+        daemon.wait_idle()
+        assert len(daemon.events("conversation_ended")) == 1
+
+
+@pytest.mark.parametrize("reason", ["new", "reset", "idle", "daily"])
+def test_the_transform_ends_a_conversation_at_each_reset_reason(reason: str) -> None:
+    def record(seq: int, event: dict[str, object]) -> RawRecord:
+        return RawRecord(AGENT, json.dumps(event).encode(), SourceRef("sqlite", "db", session_id="s", seq=seq))
+
+    state = SessionState("s")
+    out = transform_records(
+        [record(1, msg("Hello there.", event_id="u1", ts="2026-11-30T08:00:00Z")),
+         record(2, reset_event(reason)),
+         record(3, msg("Next topic.", event_id="u2", ts="2026-11-30T09:00:00Z"))],
+        state, fallback_session="s", redact_key=b"k" * 32, max_line_bytes=1 << 20, chunk_chars=2000,
+        chunk_overlap=0)
+    (end,) = out.ends
+    assert (end.reason, end.ended_at, end.seq, end.transcript) == (reason, "2026-11-30T08:00:00.000Z", 2, "db#s:2")
+    assert [c.entry.entry_id for c in out.chunks] == ["u1", "u2"]
+    assert out.chunks[1].context == "", "the previous conversation is not the next one's context"
+    assert state.conversation_entries == 1
