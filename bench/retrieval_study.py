@@ -362,13 +362,13 @@ def build_main_study() -> tuple[Study, dict[str, list[list[tuple[int, float]]]]]
 def boost_sessions(
     study: Study, ranked: Sequence[tuple[int, float]], weight: float, top: int = 3
 ) -> list[tuple[int, float]]:
-    from veritas_watch.search import session_boost
+    from veritas_watch.ranking import session_boost
 
     return session_boost(ranked, study.session_of, weight, top)
 
 
 def cmd_fusion(args: argparse.Namespace) -> None:
-    from veritas_watch.search import rrf_fuse, score_fuse
+    from veritas_watch.ranking import rrf_fuse, score_fuse
 
     study, lists = build_main_study()
     print(HEADER)
@@ -412,7 +412,7 @@ def fuse_pipeline(
     depth: int = 50,
 ) -> list[list[int]]:
     """Fuse the named lists (client side), boost sessions, expand context: top 10 keys per question."""
-    from veritas_watch.search import expand_context, rrf_fuse, score_fuse
+    from veritas_watch.ranking import expand_context, rrf_fuse, score_fuse
 
     weights = list(weights or [1.0] * len(names))
     out = []
@@ -472,30 +472,30 @@ def chosen_pipeline(
     boost: bool = True,
     expand: bool = True,
 ) -> list[list[int]]:
-    """What veritas_watch.search offers, end to end on cached candidate lists (top 10 keys)."""
-    from veritas_watch import search
+    """What veritas_watch.ranking offers, end to end on cached candidate lists (top 10 keys)."""
+    from veritas_watch import ranking
 
-    cfg = search.DEFAULT_RANKING
+    cfg = ranking.DEFAULT_RANKING
     out: list[list[int]] = []
     for i, q in enumerate(study.questions):
         d, sp = lists[dense][i][:50], lists["sparse"][i][:50]
-        if gate and not search.passes_floor(d[0][1] if d else None, cfg):
+        if gate and not ranking.passes_floor(d[0][1] if d else None, cfg):
             out.append([])
             continue
         if extra:  # more lists, weight 1 each (the "full" variant)
-            fused = search.score_fuse([d, sp] + [lists[n][i][:50] for n in extra], [1.0, 1.0] + [1.0] * len(extra))
+            fused = ranking.score_fuse([d, sp] + [lists[n][i][:50] for n in extra], [1.0, 1.0] + [1.0] * len(extra))
         else:
-            fused = search.fuse_hybrid(d, sp, q.text, cfg)
+            fused = ranking.fuse_hybrid(d, sp, q.text, cfg)
         if hit_floor is not None:
             vecs = study.dense_vectors[dense]
             qv = study.qdense[i]
             fused = [(k, sc) for k, sc in fused if float(vecs[k] @ qv) >= hit_floor]
         if boost:
-            fused = search.session_boost(
+            fused = ranking.session_boost(
                 fused, study.session_of, cfg.session_boost, cfg.session_top
             )
         if expand:
-            slots = search.expand_context(fused[: cfg.expand_depth], study.neighbour, cfg.expand)
+            slots = ranking.expand_context(fused[: cfg.expand_depth], study.neighbour, cfg.expand)
             keys = [s.key for s in slots]
         else:
             keys = [k for k, _ in fused]
@@ -775,7 +775,7 @@ def cjk_report(label: str, queries: Sequence[tuple[str, str, int]], ranked: Sequ
 
 
 def cmd_cjk(args: argparse.Namespace) -> None:
-    from veritas_watch.search import rrf_fuse, score_fuse
+    from veritas_watch.ranking import rrf_fuse, score_fuse
     from veritas_watch.transforms import tokenize as tk
 
     texts, queries = cjk_pool(args.set)
@@ -813,7 +813,7 @@ def cmd_cjk(args: argparse.Namespace) -> None:
             f" real queries emptied {np.mean([t < floor for t in real_top]):.2f}"
         )
     sp = sparse_lists["uni+bi"]
-    from veritas_watch.search import fuse_hybrid
+    from veritas_watch.ranking import fuse_hybrid
 
     chosen = [fuse_hybrid(d, s, q) for d, s, (_, q, _) in zip(dense_lists, sp, queries, strict=True)]
     cjk_report("CHOSEN: search.fuse_hybrid (sparse weight by CJK share)", queries, keys_of(chosen))

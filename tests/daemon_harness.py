@@ -86,6 +86,11 @@ def toml_text(config: ConfigTree) -> str:
         for key, value in values.items():
             if isinstance(value, bool):
                 rendered = "true" if value else "false"
+            elif isinstance(value, dict):  # an inline table of strings (http.agent_tokens)
+                pairs = (f"{json.dumps(str(k))} = {json.dumps(str(v))}" for k, v in value.items())
+                rendered = "{" + ", ".join(pairs) + "}"
+            elif isinstance(value, list):
+                rendered = "[" + ", ".join(json.dumps(str(v)) for v in value) + "]"
             elif isinstance(value, int | float):
                 rendered = repr(value)
             else:
@@ -136,18 +141,29 @@ def complete_length(path: Path) -> int:
     return 0
 
 
-def read_cursors(data_dir: Path) -> dict[str, FileCursor]:
-    """The committed JSONL cursors, read straight from `cursors.sqlite` (read-only)."""
+def _cursor_rows(data_dir: Path, sql: str) -> list[tuple[Any, ...]]:
+    """Rows of the daemon's `cursors.sqlite`, read-only; none before it exists."""
     path = data_dir / "cursors.sqlite"
     if not path.exists():
-        return {}
+        return []
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
     try:
-        rows = db.execute("SELECT key, state FROM file_cursors").fetchall()
+        return db.execute(sql).fetchall()
     except sqlite3.OperationalError:  # created but no table yet
-        return {}
+        return []
     finally:
         db.close()
+
+
+def read_db_cursors(data_dir: Path) -> dict[tuple[str, str], int]:
+    """The committed SQLite session cursors: {(db, session id): next seq}."""
+    return {(db, sid): int(json.loads(state).get("next_seq", 0))
+            for db, sid, state in _cursor_rows(data_dir, "SELECT db, session_id, state FROM db_cursors")}
+
+
+def read_cursors(data_dir: Path) -> dict[str, FileCursor]:
+    """The committed JSONL cursors, read straight from `cursors.sqlite` (read-only)."""
+    rows = _cursor_rows(data_dir, "SELECT key, state FROM file_cursors")
     cursors = {}
     for key, state in rows:
         with contextlib.suppress(ValueError):
@@ -182,13 +198,20 @@ class DaemonClient:
         info = json.loads((self.data_dir / "daemon.json").read_text())
         return f"http://{info['host']}:{info['port']}"
 
+    @property
+    def auth(self) -> dict[str, str]:
+        """The running daemon's local token (what the CLI sends): the operator's view of every agent."""
+        token_file = self.data_dir / "http.token"
+        return {"Authorization": f"Bearer {token_file.read_text().strip()}"} if token_file.exists() else {}
+
     def get(self, path: str) -> Any:
-        with urllib.request.urlopen(self.base + path, timeout=30) as response:
+        request = urllib.request.Request(self.base + path, headers=self.auth)
+        with urllib.request.urlopen(request, timeout=30) as response:
             return json.loads(response.read())
 
     def post(self, path: str, body: dict[str, Any]) -> Any:
         request = urllib.request.Request(self.base + path, data=json.dumps(body).encode(),
-                                         headers={"Content-Type": "application/json"}, method="POST")
+                                         headers={"Content-Type": "application/json", **self.auth}, method="POST")
         with urllib.request.urlopen(request, timeout=30) as response:
             return json.loads(response.read())
 
@@ -203,7 +226,8 @@ class DaemonClient:
     def export_http(self, agent: str | None = None) -> list[dict[str, Any]]:
         """`/export` of the running daemon (what `veritas-watch export` streams), parsed."""
         query = f"?agent={urllib.parse.quote(agent)}" if agent else ""
-        with urllib.request.urlopen(self.base + "/export" + query, timeout=120) as response:
+        request = urllib.request.Request(self.base + "/export" + query, headers=self.auth)
+        with urllib.request.urlopen(request, timeout=120) as response:
             return [json.loads(raw) for raw in response.read().decode().splitlines() if raw.strip()]
 
     def cursors(self) -> dict[str, FileCursor]:

@@ -54,6 +54,13 @@ class SecretKind:
     misses: tuple[str, ...] = ()  # extra look-alikes that are not secrets
 
 
+def _key_body(rng: random.Random) -> str:
+    """An OpenSSH private key's base64 body pasted without its BEGIN/END lines."""
+    raw = b"openssh-key-v1\x00" + bytes(rng.randrange(256) for _ in range(600))
+    body = base64.b64encode(raw).decode()
+    return "\n".join(body[i : i + 70] for i in range(0, len(body), 70))
+
+
 def _pem(rng: random.Random, label: str, body_len: int = 1200) -> str:
     body = rand(rng, B64, body_len)
     lines = [body[i : i + 64] for i in range(0, len(body), 64)]
@@ -126,6 +133,10 @@ def _opaque(rng: random.Random) -> str:
     if style == 3:
         return "key_" + rand_mixed(rng, B64URL, 36).strip("-_")
     return rand_mixed(rng, ALNUM, 24) + "." + rand_mixed(rng, ALNUM, 20)
+
+
+def _uuid(rng: random.Random) -> str:
+    return "-".join(rand(rng, HEX, n) for n in (8, 4, 4, 4, 12))
 
 
 def _basic_auth(rng: random.Random) -> str:
@@ -450,8 +461,8 @@ KINDS: tuple[SecretKind, ...] = (
         "slack_webhook_url",
         "Slack",
         "SLACK_WEBHOOK_URL",
-        lambda r: f"T{rand(r, UPPER_ALNUM, 8)}/B{rand(r, UPPER_ALNUM, 10)}/{rand(r, ALNUM, 24)}",
-        wrap=lambda v: "https://hooks.slack.com/services/" + v,
+        lambda r: f"https://hooks.slack.com/services/T{rand(r, UPPER_ALNUM, 8)}/B{rand(r, UPPER_ALNUM, 10)}/"
+        + rand(r, ALNUM, 24),
         url_safe=False,
         misses=("https://hooks.slack.com/services/T000/B000/XXXX", "https://hooks.slack.com/services/" + "x" * 40),
     ),
@@ -474,8 +485,7 @@ KINDS: tuple[SecretKind, ...] = (
         "discord_webhook_url",
         "Discord",
         "DISCORD_WEBHOOK_URL",
-        lambda r: f"{r.randrange(10**17, 10**19)}/{rand(r, B64URL, 68)}",
-        wrap=lambda v: "https://discord.com/api/webhooks/" + v,
+        lambda r: f"https://discord.com/api/webhooks/{r.randrange(10**17, 10**19)}/{rand(r, B64URL, 68)}",
         url_safe=False,
         misses=("https://discord.com/api/webhooks/123/abc", "https://discord.com/api/webhooks/{id}/{token}"),
     ),
@@ -550,6 +560,22 @@ KINDS: tuple[SecretKind, ...] = (
         url_safe=False,
     ),
     _k(
+        "private_key_body",
+        "PEM",
+        "PRIVATE_KEY",
+        lambda r: _key_body(r),
+        "b3BlbnNzaC1rZXktdjE",
+        multiline=True,
+        url_safe=False,
+    ),
+    _k(
+        "django_secret_key",
+        "Django",
+        "DJANGO_SECRET_KEY",
+        lambda r: "django-insecure-" + rand(r, string.ascii_lowercase + string.digits + "!@#$%^&*(-_=+)", 50),
+        "django-insecure-",
+    ),
+    _k(
         "pgp_private_key",
         "GPG",
         "GPG_PRIVATE_KEY",
@@ -585,6 +611,249 @@ KINDS: tuple[SecretKind, ...] = (
         multiline=True,
         url_safe=False,
     ),
+    # formats of the public scanners' rule sets (gitleaks, Nosey Parker), from the providers' formats
+    _k(
+        "kubernetes_secret_data",
+        "Kubernetes",
+        "K8S_SECRET",
+        lambda r: base64.b64encode(_url_password(r).encode()).decode(),
+        wrap=lambda v: "apiVersion: v1\nkind: Secret\nmetadata:\n  name: db\ndata:\n  password: " + v + "\n",
+        multiline=True,
+        url_safe=False,
+    ),
+    _k(
+        "onepassword_secret_key",
+        "1Password",
+        "OP_SECRET_KEY",
+        lambda r: "-".join(["A3", rand(r, UPPER_ALNUM, 6), rand(r, UPPER_ALNUM, 11)] + [rand(r, UPPER_ALNUM, 5)] * 3),
+        "A3-",
+    ),
+    _k(
+        "onepassword_service_account_token",
+        "1Password",
+        "OP_SERVICE_ACCOUNT_TOKEN",
+        lambda r: "ops_eyJ" + rand(r, B64, 300),
+        "ops_eyJ",
+        url_safe=False,
+    ),
+    _k("adobe_client_secret", "Adobe", "ADOBE_CLIENT_SECRET", lambda r: "p8e-" + rand_mixed(r, ALNUM, 32), "p8e-"),
+    _k("artifactory_api_key", "Artifactory", "ARTIFACTORY_API_KEY", lambda r: "AKCp" + rand(r, ALNUM, 69), "AKCp"),
+    _k(
+        "artifactory_reference_token",
+        "Artifactory",
+        "ARTIFACTORY_TOKEN",
+        lambda r: "cmVmd" + rand_mixed(r, ALNUM, 59),
+        "cmVmd",
+    ),
+    _k(
+        "authress_access_key",
+        "Authress",
+        "AUTHRESS_KEY",
+        lambda r: f"sc_{rand(r, ALNUM, 10)}.{rand(r, ALNUM, 5)}.acc_{rand(r, LOWER_ALNUM, 20)}.{rand(r, B64URL, 50)}",
+        "sc_",
+    ),
+    _k("aws_bedrock_api_key", "Bedrock", "AWS_BEARER_TOKEN_BEDROCK", lambda r: "ABSK" + rand(r, B64, 150), "ABSK",
+       url_safe=False),
+    _k("clickhouse_api_secret", "ClickHouse", "CLICKHOUSE_SECRET", lambda r: "4b1d" + rand_mixed(r, ALNUM, 38), "4b1d"),
+    _k("clojars_token", "Clojars", "CLOJARS_TOKEN", lambda r: "CLOJARS_" + rand(r, LOWER_ALNUM, 60), "CLOJARS_"),
+    _k(
+        "defined_networking_token",
+        "Defined",
+        "DN_API_KEY",
+        lambda r: f"dnkey-{rand(r, ALNUM, 26)}-{rand(r, ALNUM, 52)}",
+        "dnkey-",
+    ),
+    _k("duffel_token", "Duffel", "DUFFEL_TOKEN", lambda r: "duffel_test_" + rand(r, ALNUM, 43), "duffel_test_"),
+    _k(
+        "dynatrace_token",
+        "Dynatrace",
+        "DT_API_TOKEN",
+        lambda r: f"dt0c01.{rand(r, UPPER_ALNUM, 24)}.{rand(r, UPPER_ALNUM, 64)}",
+        "dt0c01.",
+    ),
+    _k("easypost_token", "EasyPost", "EASYPOST_API_KEY", lambda r: "EZAK" + rand(r, ALNUM, 54), "EZAK"),
+    _k("facebook_access_token", "Facebook", "FB_ACCESS_TOKEN", lambda r: "EAAG" + rand(r, ALNUM, 150), "EAAG"),
+    _k(
+        "flutterwave_key",
+        "Flutterwave",
+        "FLW_SECRET_KEY",
+        lambda r: "FLWSECK_TEST-" + rand(r, "abcdefgh0123456789", 32) + "-X",
+        "FLWSECK_TEST-",
+    ),
+    _k("flyio_token", "Fly.io", "FLY_API_TOKEN", lambda r: "fo1_" + rand(r, B64URL, 43), "fo1_"),
+    _k("frameio_token", "Frame.io", "FRAMEIO_TOKEN", lambda r: "fio-u-" + rand(r, B64URL, 64), "fio-u-"),
+    _k(
+        "freemius_secret_key",
+        "Freemius",
+        "FREEMIUS_SECRET_KEY",
+        lambda r: "sk_" + rand_mixed(r, ALNUM + "!@#$%^&*", 29),
+        "sk_",
+        url_safe=False,
+    ),
+    _k(
+        "gitlab_cookie",
+        "GitLab",
+        "GITLAB_SESSION",
+        lambda r: "_gitlab_session=" + rand_mixed(r, LOWER_ALNUM, 32),
+        "_gitlab_session=",
+        url_safe=False,
+    ),
+    _k("gocardless_token", "GoCardless", "GOCARDLESS_TOKEN", lambda r: "live_" + rand_mixed(r, B64URL, 40), "live_"),
+    _k("grafana_api_key", "Grafana", "GRAFANA_API_KEY", lambda r: "eyJrIjoi" + rand(r, ALNUM, 100), "eyJrIjoi"),
+    _k(
+        "harness_token",
+        "Harness",
+        "HARNESS_API_KEY",
+        lambda r: f"pat.{rand(r, B64URL, 22)}.{rand(r, ALNUM, 24)}.{rand(r, ALNUM, 20)}",
+        "pat.",
+    ),
+    _k("infracost_token", "Infracost", "INFRACOST_API_KEY", lambda r: "ico-" + rand(r, ALNUM, 32), "ico-"),
+    _k("intra42_secret", "42", "FT_CLIENT_SECRET", lambda r: "s-s4t2ud-" + rand(r, HEX, 64), "s-s4t2ud-"),
+    _k(
+        "mapbox_token",
+        "Mapbox",
+        "MAPBOX_TOKEN",
+        lambda r: "pk.eyJ1Ijoi" + rand(r, B64URL, 60) + "." + rand(r, B64URL, 22),
+        "pk.eyJ",
+    ),
+    _k(
+        "maxmind_license_key",
+        "MaxMind",
+        "MAXMIND_LICENSE_KEY",
+        lambda r: f"{rand(r, ALNUM, 6)}_{rand(r, ALNUM, 29)}_mmk",
+    ),
+    _k("octopus_api_key", "Octopus", "OCTOPUS_API_KEY", lambda r: "API-" + rand(r, UPPER_ALNUM, 26), "API-"),
+    _k("openshift_token", "OpenShift", "OPENSHIFT_TOKEN", lambda r: "sha256~" + rand(r, B64URL, 43), "sha256~",
+       url_safe=False),
+    _k("planetscale_token", "PlanetScale", "PLANETSCALE_TOKEN", lambda r: "pscale_tkn_" + rand(r, ALNUM, 40),
+       "pscale_tkn_"),
+    _k(
+        "plaid_access_token",
+        "Plaid",
+        "PLAID_ACCESS_TOKEN",
+        lambda r: "access-sandbox-" + "-".join(rand(r, HEX, n) for n in (8, 4, 4, 4, 12)),
+        "access-sandbox-",
+    ),
+    _k("prefect_token", "Prefect", "PREFECT_API_KEY", lambda r: "pnu_" + rand(r, ALNUM, 36), "pnu_"),
+    _k("readme_token", "ReadMe", "README_API_KEY", lambda r: "rdme_" + rand(r, LOWER_ALNUM, 70), "rdme_"),
+    _k("rubygems_token", "RubyGems", "GEM_HOST_API_KEY", lambda r: "rubygems_" + rand(r, HEX, 48), "rubygems_"),
+    _k("scalingo_token", "Scalingo", "SCALINGO_API_TOKEN", lambda r: "tk-us-" + rand(r, B64URL, 48), "tk-us-"),
+    _k(
+        "sendinblue_api_key",
+        "Brevo",
+        "BREVO_API_KEY",
+        lambda r: f"xkeysib-{rand(r, HEX, 64)}-{rand(r, ALNUM, 16)}",
+        "xkeysib-",
+    ),
+    _k("settlemint_token", "SettleMint", "SETTLEMINT_TOKEN", lambda r: "sm_pat_" + rand(r, ALNUM, 16), "sm_pat_"),
+    _k("shippo_token", "Shippo", "SHIPPO_API_TOKEN", lambda r: "shippo_live_" + rand(r, HEX, 40), "shippo_live_"),
+    _k(
+        "sidekiq_secret",
+        "Sidekiq",
+        "BUNDLE_ENTERPRISE__CONTRIBSYS__COM",
+        lambda r: f"{rand(r, HEX, 8)}:{rand(r, HEX, 8)}",
+        wrap=lambda v: "BUNDLE_ENTERPRISE__CONTRIBSYS__COM=" + v,
+        url_safe=False,
+    ),
+    _k(
+        "sourcegraph_token",
+        "Sourcegraph",
+        "SRC_ACCESS_TOKEN",
+        lambda r: f"sgp_{rand(r, HEX, 16)}_{rand(r, HEX, 40)}",
+        "sgp_",
+    ),
+    _k(
+        "teams_webhook_url",
+        "Microsoft Teams",
+        "TEAMS_WEBHOOK_URL",
+        lambda r: (
+            "https://acme.webhook.office.com/webhookb2/" + _uuid(r) + "@" + _uuid(r) + "/IncomingWebhook/"
+            + rand(r, HEX, 32) + "/" + _uuid(r)
+        ),
+        "https://acme.webhook.office.com/webhookb2/",
+        url_safe=False,
+    ),
+    _k(
+        "twitter_bearer_token",
+        "Twitter",
+        "TWITTER_BEARER_TOKEN",
+        lambda r: "A" * 22 + rand_mixed(r, ALNUM, 90),
+        "AAAAAAAAAAAAAAAAAAAAAA",
+    ),
+    _k("typeform_token", "Typeform", "TYPEFORM_TOKEN", lambda r: "tfp_" + rand(r, B64URL, 59), "tfp_"),
+    _k("yandex_token", "Yandex", "YANDEX_API_KEY", lambda r: "AQVN" + rand_mixed(r, B64URL, 36), "AQVN"),
+    _k(
+        "jwt_base64",
+        "JWT",
+        "JWT_B64",
+        lambda r: base64.b64encode(_jwt(r).encode()).decode().rstrip("="),
+        "ZXlK",
+        url_safe=False,
+    ),
+    _k("adafruit_io_key", "Adafruit IO", "ADAFRUIT_IO_KEY", lambda r: "aio_" + rand_mixed(r, ALNUM, 28), "aio_"),
+    _k(
+        "aws_session_token",
+        "AWS",
+        "AWS_SESSION_TOKEN",
+        lambda r: "IQoJb3JpZ2luX2VjE" + rand(r, B64, 300),
+        "IQoJb3JpZ2lu",
+        url_safe=False,
+    ),
+    _k("amazon_mws_token", "Amazon MWS", "MWS_AUTH_TOKEN", lambda r: "amzn.mws." + _uuid(r), "amzn.mws."),
+    _k("bitbucket_app_password", "Bitbucket", "BITBUCKET_APP_PASSWORD", lambda r: "ATBB" + rand_mixed(r, ALNUM, 32),
+       "ATBB"),
+    _k("crates_io_token", "crates.io", "CARGO_REGISTRY_TOKEN", lambda r: "cio" + rand_mixed(r, ALNUM, 32), "cio"),
+    _k("dependency_track_key", "Dependency-Track", "DTRACK_API_KEY", lambda r: "odt_" + rand_mixed(r, ALNUM, 32),
+       "odt_"),
+    _k("jina_api_key", "Jina", "JINA_API_KEY", lambda r: "jina_" + rand(r, HEX, 32) + rand(r, B64URL, 28), "jina_"),
+    _k(
+        "mapbox_temporary_token",
+        "Mapbox",
+        "MAPBOX_TOKEN",
+        lambda r: "tk.eyJ1Ijoi" + rand(r, B64URL, 60) + "." + rand(r, B64URL, 22),
+        "tk.eyJ",
+    ),
+    _k("newrelic_pixie_key", "Pixie", "PIXIE_API_KEY", lambda r: "px-api-" + _uuid(r), "px-api-"),
+    _k("nuget_api_key", "NuGet", "NUGET_API_KEY", lambda r: "oy2" + rand_mixed(r, LOWER_ALNUM, 43), "oy2"),
+    _k(
+        "salesforce_access_token",
+        "Salesforce",
+        "SF_ACCESS_TOKEN",
+        lambda r: "00D" + rand(r, ALNUM, 12) + "!" + rand(r, ALNUM + "._", 96),
+        "00D",
+        url_safe=False,
+    ),
+    _k("segment_token", "Segment", "SEGMENT_TOKEN", lambda r: "sgp_" + rand_mixed(r, ALNUM, 64), "sgp_"),
+    _k("sonarqube_token", "SonarQube", "SONAR_TOKEN", lambda r: "squ_" + rand(r, HEX, 40), "squ_"),
+    _k(
+        "stackhawk_key",
+        "StackHawk",
+        "HAWK_API_KEY",
+        lambda r: f"hawk.{rand_mixed(r, ALNUM, 20)}.{rand_mixed(r, ALNUM, 20)}",
+        "hawk.",
+    ),
+    _k("vault_recovery_token", "Vault", "VAULT_TOKEN", lambda r: "hvr." + rand(r, B64URL, 90), "hvr."),
+    _k(
+        "pem_private_key_base64",
+        "Kubernetes",
+        "TLS_KEY",
+        lambda r: base64.b64encode(_pem(r, "PRIVATE KEY", 600).encode()).decode(),
+        "LS0tLS1CRUdJTiBQUklWQVRFIEtFWS0tLS0t",
+        url_safe=False,
+    ),
+    _k(
+        "kubernetes_bootstrap_token",
+        "Kubernetes",
+        "KUBEADM_TOKEN",
+        lambda r: rand_mixed(r, LOWER_ALNUM, 6) + "." + rand_mixed(r, LOWER_ALNUM, 16),
+        provider=False,
+        context="kubeadm",
+    ),
+    _k("lob_api_key", "Lob", "LOB_API_KEY", lambda r: "live_" + rand_mixed(r, HEX, 35), "live_"),
+    _k("okta_api_token", "Okta", "OKTA_API_TOKEN", lambda r: "00" + rand_mixed(r, B64URL, 40), provider=False,
+       context="okta"),
+    _k("vault_legacy_token", "Vault", "VAULT_TOKEN", lambda r: "s." + rand_mixed(r, ALNUM, 24), provider=False,
+       context="vault"),
     # generic chat forms: no known format, found through a name or a cue
     _k("token_cue", "TokenMall", "TOKENMALL_API_KEY", _opaque, provider=False),
     _k("password_cue", "GitLab", "DB_PASSWORD", _password, provider=False, password=True, url_safe=False),
@@ -815,17 +1084,18 @@ def generate_corpus(n: int = 1200, seed: int = 20260317) -> list[CorpusMessage]:
     rng = random.Random(seed)
     messages: list[CorpusMessage] = []
     single_line = [k for k in KINDS if not k.multiline and k.rule not in GENERIC_KINDS and not k.wrap and k.url_safe]
-    i = 0
+    i = k = 0
     while len(messages) < n:
         if i % 15 == 14:
             # a pasted .env dump with several keys at once
             messages.append(_env_dump(rng, rng.sample(single_line, rng.randrange(2, 5))))
         else:
-            kind_index = i % len(KINDS)
+            kind_index = k % len(KINDS)
+            k += 1
             kind = KINDS[kind_index]
             templates = _templates_for(kind)
             # offset by the kind so that every template is used, not only the first few
-            template = templates[(i // len(KINDS) + kind_index) % len(templates)]
+            template = templates[(k // len(KINDS) + kind_index) % len(templates)]
             messages.append(make_message(rng, kind, template))
         i += 1
     return messages

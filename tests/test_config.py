@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -67,6 +68,18 @@ def test_bad_config_is_one_line_naming_the_key(tmp_path: Path, toml: str, messag
     assert out.returncode == 2
     assert len(out.stderr.strip().splitlines()) == 1
     assert message.split(":")[0] in out.stderr
+
+
+@pytest.mark.parametrize(("var", "value", "key"), [("VERITAS_WATCH_HTTP_PORT", "80a", "http.port"),
+                                                  ("VERITAS_WATCH_FORCE_POLLING", "maybe", "watch.force_polling"),
+                                                  ("VERITAS_WATCH_LOG_LEVEL", "loud", "log.level")])
+def test_a_bad_environment_variable_is_named_by_the_variable(tmp_path: Path, var: str, value: str, key: str) -> None:
+    with pytest.raises(ConfigError, match=f"^{var} \\(overrides {key}\\): "):
+        load_config(None, {var: value})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VERITAS_")}
+    out = subprocess.run([sys.executable, "-m", "veritas_watch.cli", "status"], capture_output=True, text=True,
+                         timeout=60, cwd=REPO, env={**env, var: value, "HOME": str(tmp_path)})
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and var in out.stderr, out.stderr
 
 
 def test_example_config_is_valid_and_complete() -> None:

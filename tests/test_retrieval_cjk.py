@@ -17,12 +17,12 @@ from collections.abc import Iterator
 import pytest
 
 from tests.cjk_retrieval_set import CJK_RETRIEVAL_SET, pool
+from veritas_watch.embedding import Embedder, load_embedder
 from veritas_watch.model import point_id
 from veritas_watch.pipeline import make_points, store_meta
 from veritas_watch.query import search_memory
-from veritas_watch.search import floor_for
+from veritas_watch.ranking import floor_for
 from veritas_watch.sinks.edge import EdgeStore
-from veritas_watch.sinks.embed import Embedder, load_embedder
 from veritas_watch.sinks.store import Store
 
 AGENT, OTHER = "cjk", "cjk-other"
@@ -50,7 +50,7 @@ def store(embedder: Embedder, tmp_path_factory: pytest.TempPathFactory) -> Itera
 
 
 def test_hybrid_ranks_the_right_memory_first(store: Store, embedder: Embedder) -> None:
-    floor = floor_for(embedder.name, -1.0)  # the default floor must not hold real queries back
+    floor = floor_for(embedder, -1.0)  # the default floor must not hold real queries back
     assert floor is not None
     firsts: dict[str, list[bool]] = {}
     misses = []

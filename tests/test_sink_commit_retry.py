@@ -6,10 +6,10 @@ import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 
+from veritas_watch.embedding import load_embedder
 from veritas_watch.model import Chunk, Entry, SourceRef
 from veritas_watch.pipeline import Sink, Work, store_meta
 from veritas_watch.sinks.edge import EdgeStore
-from veritas_watch.sinks.embed import load_embedder
 
 
 async def test_failed_commit_is_retried_until_it_succeeds(tmp_path: Path) -> None:

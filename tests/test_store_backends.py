@@ -90,6 +90,57 @@ def test_model_change_migrates_instead_of_failing(tmp_path: Path, backend: str) 
         assert json.loads(meta_path(tmp_path / "store").read_text())["embedder"] == "other-embedder"
 
 
+class AddsCrossLanguage:
+    """A migration's model: full re-embedding must not happen when only the cross-language vector is new."""
+
+    def __init__(self) -> None:
+        self.embedded: list[str] = []
+        self.reembedded = 0
+
+    def __call__(self, rows: Sequence[tuple[str, dict[str, object]]]) -> list[StoredPoint]:
+        self.reembedded += len(rows)
+        return [StoredPoint(pid, vector(0), SparseVector((), ()), payload, [0.0, 0.0, 0.0, 1.0])
+                for pid, payload in rows]
+
+    def cross_language(self, texts: Sequence[str]) -> list[list[float]]:
+        self.embedded.extend(texts)
+        return [[1.0, 0.0, 0.0, 0.0] for _ in texts]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_adding_the_cross_language_vector_keeps_the_others_and_embeds_only_it(tmp_path: Path, backend: str) -> None:
+    from tests.backends import XLING_META
+
+    model = AddsCrossLanguage()
+
+    def opened(meta: StoreMeta) -> Store:
+        if backend == "edge":
+            return open_store("", "", "c", 5, tmp_path, meta, model)
+        return open_server_collection(QdrantClient(path=str(tmp_path / "local")), "c", meta, model)
+
+    first = opened(META)
+    first.upsert([point("a", n, f"text {n}") for n in range(300)])  # more than one migration page
+    first.close()
+    second = opened(XLING_META)
+    try:
+        assert second.meta == XLING_META and model.reembedded == 0
+        assert sorted(model.embedded) == sorted(f"text {n}" for n in range(300))
+        hits = second.search(SearchQuery("a", 3, mode="dense", dense=vector(7)))
+        assert hits[0].payload["data"] == "text 7"  # the dense vectors came along unchanged
+        across = second.search(SearchQuery("a", 300, mode="dense", dense=[1.0, 0.0, 0.0, 0.0], using="xling"))
+        assert len(across) == 300 and all(h.score == pytest.approx(1.0) for h in across)
+        assert second.count("a") == 300
+    finally:
+        second.close()
+    # Turning it off again copies the points without it, embedding nothing.
+    third = opened(META)
+    try:
+        assert third.meta == META and model.reembedded == 0 and len(model.embedded) == 300
+        assert third.search(SearchQuery("a", 1, mode="dense", dense=vector(9)))[0].payload["data"] == "text 9"
+    finally:
+        third.close()
+
+
 def test_point_ids_are_deterministic_uuids() -> None:
     assert point_id("a", "s", "e", 0) == point_id("a", "s", "e", 0)
     assert len({point_id("a", "s", "e", 0), point_id("b", "s", "e", 0), point_id("a", "s", "e", 1)}) == 3

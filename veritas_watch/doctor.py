@@ -7,7 +7,6 @@ running daemon (or its HTTP port) and the installed systemd unit.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import shutil
@@ -16,13 +15,13 @@ import stat
 import subprocess
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
+from veritas_watch import client
+from veritas_watch.client import DaemonEndpoint
 from veritas_watch.config import Config
 from veritas_watch.features.credentials import pending_counts
 from veritas_watch.openclaw import agent_workspace, classify_transcript, iter_agents
@@ -66,12 +65,12 @@ def exit_code(checks: Sequence[Check]) -> int:
 
 def run_doctor(config: Config, *, unit_paths: Sequence[Path] | None = None, load_model: bool = True) -> list[Check]:
     """All checks, in order. `unit_paths`: unit files to check instead of the installed ones (tests)."""
-    checks: list[Check] = [_config(config), *_state_dir(config), *_data_dir(config), _inotify(config)]
+    checks: list[Check] = [_config(config), *_state_dir(config), _paths(config), *_data_dir(config), _inotify(config)]
     meta: tuple[str, int] | None = None
     if load_model:
         model_check, meta = _model(config)
         checks.append(model_check)
-    daemon = _daemon_endpoint(config)
+    daemon = client.find(config)
     checks.append(_daemon(config, daemon))
     checks.append(_store(config, daemon, meta))
     checks.extend(_units(unit_paths if unit_paths is not None else list(installed_units())))
@@ -101,12 +100,18 @@ def _state_dir(config: Config) -> Iterator[Check]:
                     "run veritas-watch as the user that owns the OpenClaw state (User= in the unit)")
         return
     agents = list(iter_agents(state))
-    unreadable = [a.sessions for a in agents if a.sessions.is_dir() and not os.access(a.sessions, os.R_OK | os.X_OK)]
+    unreadable: list[Path] = []
     transcripts = 0
     for agent in agents:
-        if agent.sessions.is_dir() and agent.sessions not in unreadable:
-            transcripts += sum(1 for p in agent.sessions.iterdir() if classify_transcript(p.name) is not None)
-    databases = sum(1 for a in agents if a.sqlite.is_file())
+        try:
+            names = os.listdir(agent.sessions)
+        except PermissionError:
+            unreadable.append(agent.sessions)
+            continue
+        except OSError:  # none yet, or a loop: the paths check below says which
+            continue
+        transcripts += sum(1 for name in names if classify_transcript(name) is not None)
+    databases = sum(1 for a in agents if _is_file(a.sqlite))
     if unreadable:
         yield Check("state_dir", "fail", f"{len(unreadable)} sessions dir(s) not readable: "
                     + ", ".join(str(p) for p in unreadable[:3]),
@@ -135,6 +140,31 @@ def _workspaces(config: Config, agent_ids: Sequence[str]) -> Check:
                      "nothing to do if the agent has not run yet (OpenClaw creates it); veritas-watch never creates "
                      "it: gap detection sees no STATE.md and credential rows wait in the data dir until it exists")
     return Check("workspaces", "ok", f"{len(agent_ids)} agent workspace(s) found")
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _paths(config: Config) -> Check:
+    """What the daemon skips under the state dir (a loop, an unreadable dir, a FIFO, a socket, a bad agent
+    dir name): the same checks its sweep makes, without logging."""
+    from veritas_watch.problems import ProblemLog, scan_state_dir
+
+    found = ProblemLog(config.state_dir, quiet=True)
+    if config.state_dir.is_dir():
+        scan_state_dir(config.state_dir, found)
+    problems = found.snapshot()
+    if not problems:
+        return Check("paths", "ok", "every agent dir and transcript under the state dir can be followed")
+    shown = "; ".join(f"{p.path}: {p.problem} ({p.detail})" for p in problems[:5])
+    more = f" (+{len(problems) - 5} more)" if len(problems) > 5 else ""
+    return Check("paths", "warn", f"{len(problems)} path(s) skipped, everything else is read: {shown}{more}",
+                 "remove or fix them (a symlink loop, modes: chmod u+rx, a FIFO or socket named *.jsonl); "
+                 "the daemon logs each once and lists them in `veritas-watch status --json` (problems)")
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -248,14 +278,13 @@ def _inotify(config: Config) -> Check:
 # -- model, daemon, store ------------------------------------------------------------------------
 
 def _model(config: Config) -> tuple[Check, tuple[str, int] | None]:
-    from veritas_watch.sinks.embed import EmbedderError, load_embedder
+    from veritas_watch.embedding import EmbedderError
+    from veritas_watch.sinks.configured import configured_embedder
 
     emb = config.embedding
     started = time.perf_counter()
     try:
-        embedder = load_embedder(emb.backend, model=emb.model or None,
-                                 path=Path(emb.path).expanduser() if emb.path else None,
-                                 cache_dir=config.data_dir / "models", threads=emb.threads or None)
+        embedder = configured_embedder(config)
         vectors = embedder.embed_passages(["veritas-watch doctor probe"])
     except EmbedderError as exc:
         return Check("model", "fail", f"backend {emb.backend}: {exc}", str(exc)), None
@@ -273,24 +302,7 @@ def _model(config: Config) -> tuple[Check, tuple[str, int] | None]:
                   f"loaded and embedded in {seconds:.2f} s"), (embedder.name, embedder.dim))
 
 
-@dataclass
-class _Endpoint:
-    base: str
-    pid: int
-    health: dict[str, Any]
-
-
-def _daemon_endpoint(config: Config) -> _Endpoint | None:
-    try:
-        info = json.loads((config.data_dir / "daemon.json").read_text())
-        pid, base = int(info["pid"]), f"http://{info['host']}:{info['port']}"
-        with urllib.request.urlopen(base + "/health", timeout=3) as response:
-            return _Endpoint(base, pid, json.loads(response.read()))
-    except (OSError, ValueError, KeyError, TypeError, urllib.error.URLError):
-        return None
-
-
-def _daemon(config: Config, daemon: _Endpoint | None) -> Check:
+def _daemon(config: Config, daemon: DaemonEndpoint | None) -> Check:
     if daemon is not None:
         health = daemon.health
         status: Status = "ok" if health.get("status") == "ok" else "warn"
@@ -312,7 +324,7 @@ def _daemon(config: Config, daemon: _Endpoint | None) -> Check:
                  "systemd, run doctor with the daemon's data dir: VERITAS_WATCH_DATA_DIR=/var/lib/veritas-watch")
 
 
-def _store(config: Config, daemon: _Endpoint | None, model: tuple[str, int] | None) -> Check:
+def _store(config: Config, daemon: DaemonEndpoint | None, model: tuple[str, int] | None) -> Check:
     stranded = sorted(config.data_dir.glob("store.migrating-*"))
     if stranded and not config.store.url:
         # A migration renames the store first: one cut short leaves the old points only there.
@@ -363,9 +375,16 @@ def _edge_store(config: Config, model: tuple[str, int] | None) -> Check:
     except (OSError, ValueError, KeyError) as exc:
         return Check("store", "fail", f"embedded, {path}: metadata unreadable ({exc})",
                      f"restore {meta_path(path)} or move {path} aside and backfill")
-    # Opened as-is, never migrated: a doctor must not rewrite the store.
+    # Opened as-is, never migrated: a doctor must not rewrite the store. Never while a daemon owns it.
+    from veritas_watch.owner import OwnerLock
     from veritas_watch.sinks.edge import EdgeStore
 
+    lock = OwnerLock(config.data_dir)
+    if not lock.try_acquire("cli", "doctor"):
+        holder = lock.holder()
+        return Check("store", "warn", f"embedded, {path}: in use by "
+                     f"{holder.describe() if holder else 'another process'} (a daemon starting?), not opened",
+                     "run doctor again once the daemon is ready")
     try:
         store = EdgeStore(path, meta)
         try:
@@ -375,6 +394,8 @@ def _edge_store(config: Config, model: tuple[str, int] | None) -> Check:
     except StoreError as exc:
         return Check("store", "fail", f"embedded, {path}: {str(exc)[:300]}",
                      "if another process holds it, stop that process (only the daemon should open it)")
+    finally:
+        lock.release()
     detail = f"embedded, {path}: {points} point(s), schema {meta.schema}, {meta.embedder}"
     if model is not None and (meta.embedder, meta.dim) != model:
         return Check("store", "warn", detail + f"; the configured model is {model[0]}",

@@ -6,13 +6,70 @@ so that operators can filter with `jq 'select(.event == "...")'`.
 
 from __future__ import annotations
 
+import functools
 import logging
+import secrets
 import sys
-from typing import TextIO
+from collections.abc import MutableMapping
+from typing import Any, TextIO
 
 import structlog
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+
+
+# Fields that are ours, never a caller's or a transcript's: not scanned.
+_TRUSTED_FIELDS = frozenset({"event", "level", "timestamp", "rule", "fingerprint", "fingerprints", "logger"})
+_redact_key = secrets.token_bytes(32)  # until the daemon sets the install's key: fingerprints still keyed
+
+
+def set_redact_key(key: bytes) -> None:
+    """The install's fingerprint key, so that a secret in a log line gets the same marker as in the store."""
+    global _redact_key
+    _redact_key = key
+
+
+@functools.lru_cache(maxsize=8192)
+def _redacted(text: str, key: bytes) -> str:
+    from veritas_watch.transforms.redact import redact
+
+    return redact(text, key).text
+
+
+def _clean(value: Any, depth: int = 0) -> Any:
+    if isinstance(value, str):
+        return _redacted(value, _redact_key) if len(value) < 100_000 else _redacted(value[:100_000], _redact_key)
+    if depth < 4 and isinstance(value, (list, tuple)):
+        return [_clean(v, depth + 1) for v in value]
+    if depth < 4 and isinstance(value, dict):
+        return {_clean(k, depth + 1): _clean(v, depth + 1) for k, v in value.items()}
+    return value
+
+
+def redact_event(_logger: Any, _name: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """Every field a caller or a transcript can fill (session ids, paths, errors, tracebacks) goes through
+    the same redaction as message text: no log line carries a secret, whatever field it came in."""
+    for name, value in event.items():
+        if name not in _TRUSTED_FIELDS:
+            event[name] = _clean(value)
+    return event
+
+
+_live_line: TextIO | None = None  # a terminal line being redrawn in place (the backfill progress bar)
+
+
+def set_live_line(stream: TextIO | None) -> None:
+    """While set, each log line first clears `stream`'s current line, so a progress bar drawn there with
+    `\\r` is never printed over (the bar redraws itself after the log line)."""
+    global _live_line
+    _live_line = stream
+
+
+def _clear_live_line(_logger: Any, _name: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    if _live_line is not None:
+        _live_line.write("\r\033[K")
+        _live_line.flush()
+    return event
 
 
 def configure_logging(level: str = "info", fmt: str = "auto", stream: TextIO | None = None) -> None:
@@ -27,6 +84,8 @@ def configure_logging(level: str = "info", fmt: str = "auto", stream: TextIO | N
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
+            redact_event,
+            _clear_live_line,  # last before rendering: only lines that are printed clear the bar
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS.get(level, logging.INFO)),

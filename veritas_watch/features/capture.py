@@ -41,7 +41,7 @@ from veritas_watch.features.credentials import (
     pending_counts,
     read_index,
 )
-from veritas_watch.openclaw import agent_workspace
+from veritas_watch.openclaw import InvalidAgentId, agent_workspace
 from veritas_watch.pipeline import Found
 from veritas_watch.transforms.redact import fingerprint
 
@@ -110,7 +110,7 @@ class CredentialCapture:
         for (item, _), entry in zip(entries, numbered, strict=True):
             try:
                 self._capture_one(item, entry)
-            except OSError as exc:
+            except (OSError, InvalidAgentId) as exc:  # unwritable, outside the workspace, or no agent id
                 log.error("credential_index_failed", agent=item.agent_id, fingerprint=item.finding.fingerprint,
                           error=f"{type(exc).__name__}: {exc}"[:300])
             finally:
@@ -236,7 +236,10 @@ class CredentialCapture:
             ready.setdefault(row.agent_id, []).append((row, entry))
         written = 0
         for agent_id, rows in ready.items():
-            workspace = self.workspace(agent_id)
+            try:
+                workspace = self.workspace(agent_id)
+            except InvalidAgentId:
+                continue  # rows of an id OpenClaw would not accept (an older version queued them): never written
             if not workspace.is_dir():
                 continue
             key = str(workspace)
@@ -281,7 +284,10 @@ class CredentialCapture:
         report = []
         for agent_id in sorted({r.agent_id for r in pending}):
             rows = [r for r in pending if r.agent_id == agent_id]
-            workspace = self.workspace(agent_id)
+            try:
+                workspace = self.workspace(agent_id)
+            except InvalidAgentId:
+                continue
             report.append(PendingAgent(agent_id, workspace, len(rows), sum(r.mask is not None for r in rows),
                                        workspace.is_dir()))
         return report
@@ -301,3 +307,16 @@ def credentials_per_agent(state_dir: Path, data_dir: Path, agent_ids: Iterable[s
             rows = 0
         counts[agent_id] = rows + waiting.get(agent_id, 0)
     return counts
+
+
+class NoCapture:
+    """Credential capture switched off (`credentials.enabled = false`), or not started yet: the same calls,
+    doing nothing (the secrets are still redacted; only the index and the vault are not written)."""
+
+    keeps_values = False
+
+    def capture(self, found: Sequence[Found]) -> None:
+        return None
+
+    def flush_pending(self) -> None:
+        return None

@@ -40,6 +40,7 @@ import structlog
 
 from veritas_watch.model import SecretFinding, SourceRef
 from veritas_watch.openclaw import session_stem, workspace_for
+from veritas_watch.safepath import inside
 from veritas_watch.transforms.redact import (
     fingerprint,
     is_masked_rule,
@@ -425,7 +426,7 @@ class CredentialIndex:
             raise WorkspaceMissing(2, "agent workspace does not exist", str(workspace)) from exc
 
     def _add_locked(self, workspace: Path, entries: Sequence[IndexEntry], aliases: Mapping[str, str]) -> IndexUpdate:
-        path = self.path_for(workspace)
+        path = inside(workspace, self.path_for(workspace))  # a symlinked index never leads the write elsewhere
         with _locked_dir(workspace):
             # A human editor does not take our lock: if the file changes between our read and
             # our rename, read it again rather than overwrite their edit.

@@ -1,6 +1,10 @@
 """Server store: a Qdrant server or cluster through qdrant-client (`store.url`).
 
 qdrant-client's local mode (`path=`) speaks the same API; the tests use it as the stand-in server.
+
+The layout matches the embedded store's (issue 16): original vectors, payload, sparse index and payload
+indexes on disk, dense vectors also as int8 in RAM, searched with rescoring. The server builds its HNSW
+graphs in the background itself.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from veritas_watch.sinks.store import (
     INTEGER_FIELDS,
     KEYWORD_FIELDS,
     SPARSE,
+    XLING,
     Hit,
     SearchQuery,
     SparseVector,
@@ -26,6 +31,10 @@ from veritas_watch.sinks.store import (
     StoreMeta,
     filter_conditions,
 )
+
+_INT8 = models.ScalarQuantization(scalar=models.ScalarQuantizationConfig(
+    type=models.ScalarType.INT8, quantile=0.99, always_ram=True))
+_RESCORE = models.SearchParams(quantization=models.QuantizationSearchParams(rescore=True, oversampling=2.0))
 
 
 def _filter(query: SearchQuery) -> models.Filter | None:
@@ -57,34 +66,43 @@ class ServerStore:
             raise StoreError(f"cannot open collection {collection}: {exc}") from exc
 
     def _create(self, meta: StoreMeta) -> None:
+        vectors = {DENSE: models.VectorParams(size=meta.dim, distance=models.Distance.COSINE, on_disk=True)}
+        if meta.xling_dim is not None:
+            vectors[XLING] = models.VectorParams(size=meta.xling_dim, distance=models.Distance.COSINE, on_disk=True)
         self._client.create_collection(
             self._collection,
-            vectors_config={DENSE: models.VectorParams(size=meta.dim, distance=models.Distance.COSINE)},
-            sparse_vectors_config={SPARSE: models.SparseVectorParams(modifier=models.Modifier.IDF)},
+            vectors_config=vectors,
+            sparse_vectors_config={SPARSE: models.SparseVectorParams(
+                modifier=models.Modifier.IDF, index=models.SparseIndexParams(on_disk=True))},
+            on_disk_payload=True,
+            quantization_config=_INT8,
             metadata={"schema": meta.schema, "embedder": meta.embedder, "dim": meta.dim, **meta.extra},
         )
         for name in KEYWORD_FIELDS:
-            schema = models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD, is_tenant=name == "agent_id")
+            schema = models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD, is_tenant=name == "agent_id",
+                                               on_disk=True)
             self._client.create_payload_index(self._collection, name, schema)
         for name in FLOAT_FIELDS:
-            self._client.create_payload_index(self._collection, name, models.PayloadSchemaType.FLOAT)
+            self._client.create_payload_index(self._collection, name, models.FloatIndexParams(
+                type=models.FloatIndexType.FLOAT, on_disk=True))
         for name in INTEGER_FIELDS:
-            self._client.create_payload_index(self._collection, name, models.PayloadSchemaType.INTEGER)
+            self._client.create_payload_index(self._collection, name, models.IntegerIndexParams(
+                type=models.IntegerIndexType.INTEGER, lookup=True, range=True, on_disk=True))
 
     def upsert(self, points: Sequence[StoredPoint]) -> None:
         if not points:
             return
-        structs = [
-            models.PointStruct(
-                id=p.id,
-                vector={
-                    DENSE: list(p.dense),
-                    SPARSE: models.SparseVector(indices=list(p.sparse.indices), values=list(p.sparse.values)),
-                },
-                payload=p.payload,
-            )
-            for p in points
-        ]
+        structs = []
+        for p in points:
+            vector: dict[str, Any] = {
+                DENSE: list(p.dense),
+                SPARSE: models.SparseVector(indices=list(p.sparse.indices), values=list(p.sparse.values)),
+            }
+            if self.meta.xling_dim is not None:
+                if p.xling is None:
+                    raise StoreError(f"point {p.id} has no {XLING} vector, which this collection holds")
+                vector[XLING] = list(p.xling)
+            structs.append(models.PointStruct(id=p.id, vector=vector, payload=p.payload))
         try:
             self._client.upsert(self._collection, structs, wait=True)
         except Exception as exc:
@@ -117,7 +135,8 @@ class ServerStore:
         if query.mode == "hybrid" and dense is not None and sparse is not None:
             return models.QueryRequest(
                 prefetch=[
-                    models.Prefetch(query=dense, using=DENSE, limit=query.prefetch, filter=flt),
+                    models.Prefetch(query=dense, using=query.using, limit=query.prefetch, filter=flt,
+                                    params=_RESCORE),
                     models.Prefetch(query=sparse, using=SPARSE, limit=query.prefetch, filter=flt),
                 ],
                 query=models.RrfQuery(rrf=models.Rrf(k=query.rrf_k)),
@@ -129,8 +148,8 @@ class ServerStore:
         vector: Any = sparse if use_sparse else dense
         if vector is None:
             return None
-        return models.QueryRequest(query=vector, using=SPARSE if use_sparse else DENSE, filter=flt,
-                                   limit=query.limit, with_payload=True)
+        return models.QueryRequest(query=vector, using=SPARSE if use_sparse else query.using, filter=flt,
+                                   limit=query.limit, with_payload=True, params=None if use_sparse else _RESCORE)
 
     def search(self, query: SearchQuery) -> list[Hit]:
         return self.search_batch([query])[0]
@@ -164,12 +183,14 @@ class ServerStore:
                 if with_vectors and isinstance(r.vector, dict):
                     sparse = r.vector.get(SPARSE)
                     dense = r.vector.get(DENSE)
+                    xling = r.vector.get(XLING)
                     point = StoredPoint(
                         str(r.id),
                         list(dense) if isinstance(dense, list) else [],  # type: ignore[arg-type]
                         SparseVector(tuple(sparse.indices), tuple(sparse.values))
                         if isinstance(sparse, models.SparseVector) else SparseVector((), ()),
                         payload,
+                        list(xling) if isinstance(xling, list) else None,  # type: ignore[arg-type]
                     )
                 yield str(r.id), payload, point
             if offset is None:
@@ -186,8 +207,12 @@ class ServerStore:
     def flush(self) -> None:
         """The server persists on acknowledgement (`wait=True`)."""
 
-    def optimize(self) -> None:
+    def optimize(self) -> bool:
         """The server optimizes by itself."""
+        return False
+
+    def release_memory(self) -> None:
+        """The server's memory is its own."""
 
     def close(self) -> None:
         self._client.close()

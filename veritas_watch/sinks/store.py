@@ -10,14 +10,18 @@ import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Final, Literal, Protocol
 
 from veritas_watch.transforms.tokenize import SparseVec
 
 # Bump when the collection layout changes; `open_store` migrates older data instead of failing.
 SCHEMA_VERSION = 1
-DENSE = "dense"
-SPARSE = "sparse"
+DENSE: Final = "dense"
+SPARSE: Final = "sparse"
+# The second dense vector, from a model that aligns languages (an English query finds a Chinese or
+# Japanese memory): stored when the store meta names it (`xling`, `xling_dim`), searched beside DENSE.
+XLING: Final = "xling"
+DenseName = Literal["dense", "xling"]
 # Payload fields with an index: tenant isolation and the filters search offers.
 KEYWORD_FIELDS = ("agent_id", "session_id", "role", "type", "entry_id")
 FLOAT_FIELDS = ("ts",)
@@ -41,6 +45,7 @@ class StoredPoint:
     dense: Sequence[float]
     sparse: SparseVector
     payload: dict[str, object]
+    xling: Sequence[float] | None = None  # the cross-language vector, when the store has one
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +70,7 @@ class SearchQuery:
     prefetch: int = 50  # candidates per side before fusion
     rrf_k: int = 60
     session_id: str | None = None
+    entry_id: str | None = None  # the chunks of one entry (with session_id: one memory)
     positions: tuple[int, ...] = ()
     min_position: int | None = None  # inclusive
     max_position: int | None = None
@@ -73,10 +79,16 @@ class SearchQuery:
     # Sparse IDF counted over the agent's own points (Qdrant Edge), so that one agent's ranking never
     # depends on what another agent stored. A server computes IDF over the whole collection.
     agent_idf: bool = True
+    using: DenseName = DENSE  # which dense vector `dense` is compared with (dense mode)
 
 
-def store_meta_for(embedder_name: str, dim: int, sparse_scheme: str, dense_scheme: str) -> StoreMeta:
-    return StoreMeta(SCHEMA_VERSION, embedder_name, dim, {"sparse": sparse_scheme, "dense": dense_scheme})
+def store_meta_for(embedder_name: str, dim: int, sparse_scheme: str, dense_scheme: str,
+                   xling: tuple[str, int] | None = None) -> StoreMeta:
+    """`xling`: (model name, dim) of the cross-language vector, None for a store without one."""
+    extra: dict[str, object] = {"sparse": sparse_scheme, "dense": dense_scheme}
+    if xling is not None:
+        extra.update(xling=xling[0], xling_dim=xling[1])
+    return StoreMeta(SCHEMA_VERSION, embedder_name, dim, extra)
 
 
 @dataclass(frozen=True)
@@ -95,6 +107,16 @@ class StoreMeta:
     def from_json(cls, text: str) -> StoreMeta:
         raw = json.loads(text)
         return cls(int(raw.pop("schema")), str(raw.pop("embedder")), int(raw.pop("dim")), raw)
+
+    @property
+    def xling_dim(self) -> int | None:
+        """The cross-language vector's size, None when the store has none."""
+        dim = self.extra.get("xling_dim")
+        return dim if isinstance(dim, int) and not isinstance(dim, bool) and dim > 0 else None
+
+    def without_xling(self) -> StoreMeta:
+        return StoreMeta(self.schema, self.embedder, self.dim,
+                         {k: v for k, v in self.extra.items() if k not in ("xling", "xling_dim")})
 
 
 class Store(Protocol):
@@ -118,10 +140,14 @@ class Store(Protocol):
 
     def count(self, agent_id: str | None = None) -> int: ...
 
-    def flush(self) -> None: ...
+    def flush(self) -> None:
+        """Make every acknowledged write durable (the cursors of what it covers may then be committed)."""
 
-    def optimize(self) -> None:
-        """Build indexes; slow, call it off the hot path."""
+    def optimize(self) -> bool:
+        """Optimize the segments that grew; True if anything changed. Slow: call it off the hot path."""
+
+    def release_memory(self) -> None:
+        """Give back the memory the store holds only as a cache (the daemon's memory budget asks for it)."""
 
     def close(self) -> None: ...
 
@@ -146,6 +172,8 @@ def filter_conditions(query: SearchQuery) -> list[Condition]:
         conditions.append(Condition("agent_id", equals=query.agent_id))
     if query.session_id is not None:
         conditions.append(Condition("session_id", equals=query.session_id))
+    if query.entry_id is not None:
+        conditions.append(Condition("entry_id", equals=query.entry_id))
     if query.roles:
         conditions.append(Condition("role", any_of=list(query.roles)))
     if query.positions:

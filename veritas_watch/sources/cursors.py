@@ -28,6 +28,7 @@ TAIL_BYTES = 32  # the smallest tail check (and the only one cursors written bef
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS file_cursors (key TEXT PRIMARY KEY, state TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS archive_cursors (key TEXT PRIMARY KEY);
 CREATE TABLE IF NOT EXISTS db_cursors (db TEXT NOT NULL, session_id TEXT NOT NULL, state TEXT NOT NULL,
                                            PRIMARY KEY (db, session_id));
 """
@@ -154,6 +155,15 @@ class CursorStore:
             except ValueError as exc:
                 log.error("cursor_corrupt", db=db, session_id=session_id, error=str(exc))
         return result
+
+    def load_archives(self) -> list[str]:
+        """Compressed archives already stored (sources/archives.py): their identity keys."""
+        return [row[0] for row in self._db.execute("SELECT key FROM archive_cursors")]
+
+    def commit_archives(self, keys: Iterable[str], removed: Iterable[str] = ()) -> None:
+        with self._transaction():
+            self._db.executemany("INSERT OR IGNORE INTO archive_cursors (key) VALUES (?)", [(k,) for k in keys])
+            self._db.executemany("DELETE FROM archive_cursors WHERE key = ?", [(k,) for k in removed])
 
     def sqlite_dbs(self) -> list[str]:
         """Every database with a committed session cursor (offline `status`)."""

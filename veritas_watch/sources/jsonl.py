@@ -28,15 +28,16 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import structlog
 
-from veritas_watch.model import RawRecord, SourceRef
-from veritas_watch.openclaw import AgentDirs, TranscriptKind, classify_transcript
-from veritas_watch.sources.cursors import TAIL_BYTES, FileCursor
+from veritas_watch.model import ConversationEnd, RawRecord, SourceRef
+from veritas_watch.openclaw import AgentDirs, TranscriptKind, classify_transcript, session_stem
+from veritas_watch.problems import ProblemLog, check_sessions_dir, check_transcript
+from veritas_watch.sources.cursors import TAIL_BYTES, CursorStore, FileCursor
 
 log = structlog.get_logger()
 
@@ -130,8 +131,10 @@ class SweepResult:
 class JsonlTailer:
     def __init__(self, state_dir: Path, cursors: dict[str, FileCursor], *,
                  max_line_bytes: int, read_chunk_bytes: int,
-                 max_open_files: int = DEFAULT_MAX_OPEN_FILES) -> None:
+                 max_open_files: int = DEFAULT_MAX_OPEN_FILES, problems: ProblemLog | None = None,
+                 checkpoints: CursorStore | None = None) -> None:
         self.state_dir = state_dir
+        self._checkpoints = checkpoints  # where `commit` persists cursors (None: in memory only, tests)
         self.files: dict[str, TrackedFile] = {}
         self._saved = cursors  # cursors from the last run, adopted when their inode shows up
         self.max_line_bytes = max_line_bytes
@@ -139,7 +142,8 @@ class JsonlTailer:
         self.max_open_files = max(1, max_open_files)
         self._generations = itertools.count(1)  # one sequence for all files: a re-adopted key never collides
         self._lock = threading.Lock()
-        self._warned: set[str] = set()  # paths already warned about (symlinks, unreadable): one line each
+        self.problems = problems if problems is not None else ProblemLog(state_dir)
+        self._unlisted: set[str] = set()  # sessions dirs the current sweep could not list
 
     # -- discovery and identity ------------------------------------------------------------------
 
@@ -150,8 +154,9 @@ class JsonlTailer:
         listed_dirs: set[str] = set()
         root = self._state_root()
         now = time.monotonic()
+        self._unlisted = set()
         for agent in agents:
-            listing = self._list(agent.sessions, root)
+            listing = self._list(agent.sessions, root, agent.agent_id)
             if listing is None:
                 continue
             listed_dirs.add(str(agent.sessions))
@@ -160,54 +165,62 @@ class JsonlTailer:
                 if key in seen:
                     continue  # a hard link or an inside symlink to a transcript listed already
                 seen.add(key)
-                tracked = self.files.get(key)
-                if tracked is not None and tracked.committed.agent_id != agent.agent_id:
-                    # Moved to another agent's sessions: its entries belong to that agent now.
-                    log.info("transcript_moved_agent", old_agent=tracked.committed.agent_id,
-                             agent=agent.agent_id, path=str(path))
-                    self._drop(key, tracked)
-                    result.dropped.append(key)
-                    tracked = None
-                if tracked is None:
-                    tracked = self._adopt(key, path, agent.agent_id, kind, st)
-                    if tracked is None:
-                        continue
-                    result.new_files += 1
-                else:
-                    if tracked.gone:
-                        log.info("transcript_back", path=str(path))
-                    tracked.gone = False
-                    tracked.missing_sweeps = 0
-                    if tracked.read.path != str(path):
-                        log.info("transcript_renamed", agent=agent.agent_id, old=tracked.read.path, new=str(path),
-                                 kind=kind)
-                        with self._lock:
-                            tracked.read.path = str(path)
-                            tracked.committed.path = str(path)
-                        tracked.kind = kind
-                sig = _signature(st)
-                if sig != tracked.checked_sig or now - tracked.checked_at >= VERIFY_EVERY_S:
-                    if tracked.fd is None and not self._reopen(tracked, path):
-                        continue
-                    if self._check(tracked, st.st_size):
-                        result.rewritten += 1
-                    tracked.checked_sig, tracked.checked_at = sig, now
-                if st.st_size != tracked.size:
-                    tracked.changed_at = now
-                tracked.size = st.st_size
-                if tracked.size > tracked.read.offset and tracked.size != tracked.partial_size:
-                    if tracked.fd is None and not self._reopen(tracked, path):
-                        continue
-                    result.changed.append(tracked)
+                try:
+                    self._sweep_file(key, path, agent.agent_id, kind, st, now, result)
+                except OSError as exc:  # an I/O error on one file: that file waits, the others go on
+                    self.problems.report(path, "transcript_unreadable", f"{type(exc).__name__}: {exc.strerror or exc}",
+                                         agent.agent_id)
         self._missing(seen, result)
         self._forget_orphans(listed_dirs, result)
         self._close_idle()
         return result
 
+    def _sweep_file(self, key: str, path: Path, agent_id: str, kind: TranscriptKind, st: os.stat_result,
+                    now: float, result: SweepResult) -> None:
+        tracked = self.files.get(key)
+        if tracked is not None and tracked.committed.agent_id != agent_id:
+            # Moved to another agent's sessions: its entries belong to that agent now.
+            log.info("transcript_moved_agent", old_agent=tracked.committed.agent_id,
+                     agent=agent_id, path=str(path))
+            self._drop(key, tracked)
+            result.dropped.append(key)
+            tracked = None
+        if tracked is None:
+            tracked = self._adopt(key, path, agent_id, kind, st)
+            if tracked is None:
+                return
+            result.new_files += 1
+        else:
+            if tracked.gone:
+                log.info("transcript_back", path=str(path))
+            tracked.gone = False
+            tracked.missing_sweeps = 0
+            if tracked.read.path != str(path):
+                log.info("transcript_renamed", agent=agent_id, old=tracked.read.path, new=str(path),
+                         kind=kind)
+                with self._lock:
+                    tracked.read.path = str(path)
+                    tracked.committed.path = str(path)
+                tracked.kind = kind
+        sig = _signature(st)
+        if sig != tracked.checked_sig or now - tracked.checked_at >= VERIFY_EVERY_S:
+            if tracked.fd is None and not self._reopen(tracked, path):
+                return
+            if self._check(tracked, st.st_size):
+                result.rewritten += 1
+            tracked.checked_sig, tracked.checked_at = sig, now
+        if st.st_size != tracked.size:
+            tracked.changed_at = now
+        tracked.size = st.st_size
+        if tracked.size > tracked.read.offset and tracked.size != tracked.partial_size:
+            if tracked.fd is None and not self._reopen(tracked, path):
+                return
+            result.changed.append(tracked)
+
     def _missing(self, seen: set[str], result: SweepResult) -> None:
         """Files tracked but not listed: drain what their handle still holds, then drop them."""
         for key, tracked in list(self.files.items()):
-            if key in seen:
+            if key in seen or str(Path(tracked.read.path).parent) in self._unlisted:
                 continue
             tracked.missing_sweeps += 1
             links = -1  # unknown without a handle (an idle file whose handle was closed)
@@ -246,28 +259,27 @@ class JsonlTailer:
         except OSError:
             return self.state_dir
 
-    def _warn_once(self, event: str, path: Path, **fields: object) -> None:
-        marker = f"{event}:{path}"
-        if marker not in self._warned:
-            self._warned.add(marker)
-            log.warning(event, path=str(path), **fields)
+    def _list(self, sessions: Path, root: Path,
+              agent_id: str) -> list[tuple[Path, TranscriptKind, os.stat_result]] | None:
+        """The transcripts in one sessions dir, or None if it cannot (or must not) be listed.
 
-    def _list(self, sessions: Path, root: Path) -> list[tuple[Path, TranscriptKind, os.stat_result]] | None:
-        """The transcripts in one sessions dir, or None if it cannot (or must not) be listed."""
+        Whatever cannot be followed (a loop, an unreadable dir, a symlink out of the state dir, a FIFO
+        or socket named like a transcript) is skipped and told to `problems`: one bad path never
+        stops the others."""
+        real_root = str(root)
         try:
-            if sessions.is_symlink() and not self._inside(sessions, root):
-                self._warn_once("symlink_outside_state_dir_ignored", sessions)
+            is_link = stat.S_ISLNK(os.lstat(sessions).st_mode)  # EACCES here: the agent dir is unreadable
+            if is_link and not self._inside(sessions, root):
+                check_sessions_dir(sessions, real_root, self.problems, agent_id)
                 return None
             entries = list(os.scandir(sessions))
         except FileNotFoundError:
             return None
-        except OSError as exc:
-            self._warn_once("sessions_dir_unreadable", sessions, error=str(exc))
+        except OSError:
+            check_sessions_dir(sessions, real_root, self.problems, agent_id)
+            self._unlisted.add(str(sessions))  # its files are not gone, only out of sight: keep them
             return None
-        return list(self._transcripts(entries, root))
-
-    def _transcripts(self, entries: list[os.DirEntry[str]],
-                     root: Path) -> Iterator[tuple[Path, TranscriptKind, os.stat_result]]:
+        listing = []
         for entry in entries:
             name = classify_transcript(entry.name)
             if name is None:
@@ -275,19 +287,23 @@ class JsonlTailer:
             path = Path(entry.path)
             try:
                 if entry.is_symlink() and not self._inside(path, root):
-                    self._warn_once("symlink_outside_state_dir_ignored", path)
+                    check_transcript(path, real_root, self.problems, agent_id)
                     continue
                 st = os.stat(path)
             except OSError:
+                check_transcript(path, real_root, self.problems, agent_id)
                 continue  # vanished between listing and stat (a rename): the next sweep finds it
             if stat.S_ISREG(st.st_mode):
-                yield path, name.kind, st
+                listing.append((path, name.kind, st))
+            else:
+                check_transcript(path, real_root, self.problems, agent_id)  # a FIFO, a socket, a dir: never opened
+        return listing
 
     @staticmethod
     def _inside(path: Path, root: Path) -> bool:
         try:
             return path.resolve().is_relative_to(root)
-        except OSError:
+        except (OSError, RuntimeError):  # RuntimeError: a symlink loop (Python < 3.13)
             return False
 
     def _adopt(self, key: str, path: Path, agent_id: str, kind: TranscriptKind,
@@ -306,9 +322,10 @@ class JsonlTailer:
     def _reopen(self, tracked: TrackedFile, path: Path) -> bool:
         """Open the file's handle, making sure the path still names the same inode."""
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)  # a FIFO swapped in never blocks us
         except OSError as exc:
-            self._warn_once("transcript_unreadable", path, error=str(exc))
+            self.problems.report(path, "transcript_unreadable", f"{type(exc).__name__}: {exc.strerror or exc}",
+                                 tracked.committed.agent_id)
             return False
         st = os.fstat(fd)
         if f"{st.st_dev}:{st.st_ino}" != tracked.key:
@@ -457,6 +474,30 @@ class JsonlTailer:
                 tracked.generation = next(self._generations)
                 tracked.read = dataclasses.replace(tracked.committed)
                 tracked.partial_size = -1
+
+    def ended_sessions(self) -> tuple[list[tuple[str, ConversationEnd]], list[FileCursor]]:
+        """Archives (`.reset.<ts>` / `.deleted.<ts>`) read to their end with nothing in flight and not handed
+        on yet: their session ended. Returns the ends (agent, end) and the cursors now marked ended, which the
+        caller commits before handing the ends on (so each end is handed on once, across restarts too)."""
+        ends: list[tuple[str, ConversationEnd]] = []
+        marked: list[FileCursor] = []
+        for tracked in list(self.files.values()):
+            done = tracked.committed
+            if (tracked.kind in ("reset", "deleted") and not done.ended and done.offset >= tracked.size
+                    and tracked.read.offset == done.offset):
+                done.ended = tracked.read.ended = True
+                marked.append(done)
+                name = classify_transcript(Path(done.path).name)
+                end = ConversationEnd(done.session_id or session_stem(done.path), done.last_entry_ts,
+                                      done.session_kind, name.kind if name else "archived", done.path)
+                ends.append((done.agent_id, end))
+        return ends, marked
+
+    def commit(self, units: Sequence[ReadUnit]) -> None:
+        """The store has every point of `units`: their cursors move, in one transaction (Work.source)."""
+        cursors = [cursor for unit in units if (cursor := self.mark_committed(unit)) is not None]
+        if cursors and self._checkpoints is not None:
+            self._checkpoints.commit_files(cursors)
 
     def mark_committed(self, unit: ReadUnit) -> FileCursor | None:
         """Record a stored unit; returns the cursor to persist, or None if the unit is stale."""

@@ -187,7 +187,7 @@ class SqliteFeed:
                                         "pending_ends": _dump(pending)}
         return SqliteUnit(db, batch.session_id, new_state)
 
-    def commit(self, units: list[SqliteUnit]) -> None:
+    def commit(self, units: Sequence[SqliteUnit]) -> None:
         """After the store acked: persist, then make the new states the read positions."""
         by_db: dict[str, list[SqliteUnit]] = {}
         for unit in units:

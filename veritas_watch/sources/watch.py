@@ -116,6 +116,7 @@ class ChangeWatcher:
         self._bridge: _WatchdogLogBridge | None = None
         self._covered: set[DirKey] = set()
         self._uncovered_since: dict[DirKey, float] = {}
+        self._own_watch_tried: set[Path] = set()
         self._overflows = 0  # since the last overflow warning
         self._overflow_logged_at = -OVERFLOW_LOG_EVERY_S
         self.overflows_total = 0
@@ -201,12 +202,13 @@ class ChangeWatcher:
         if agents not in self._watched:
             return []
         dirs = [agents]
+        readable = os.R_OK | os.X_OK  # inotify cannot watch what we may not read: the sweep reports those
         with contextlib.suppress(OSError):
             for agent in os.scandir(agents):
-                if agent.is_dir(follow_symlinks=False):
+                if agent.is_dir(follow_symlinks=False) and os.access(agent.path, readable):
                     dirs.append(Path(agent.path))
                     sessions = Path(agent.path) / "sessions"
-                    if sessions.is_dir() and not sessions.is_symlink():
+                    if sessions.is_dir() and not sessions.is_symlink() and os.access(sessions, readable):
                         dirs.append(sessions)
         return dirs
 
@@ -224,9 +226,19 @@ class ChangeWatcher:
             if key in watched:
                 self._covered.add(key)
                 self._uncovered_since.pop(key, None)
-            elif now - self._uncovered_since.setdefault(key, now) >= COVER_GRACE_S:
-                self._fall_back(f"no inotify watch on {path} (fs.inotify.max_user_watches reached?)")
-                return
+                continue
+            if now - self._uncovered_since.setdefault(key, now) < COVER_GRACE_S:
+                continue
+            if path not in self._own_watch_tried and self._observer is not None:
+                # A dir the recursive watch skipped because it was unreadable then (a mode fixed since):
+                # one watch of its own, and another grace period, before inotify is given up.
+                self._own_watch_tried.add(path)
+                with contextlib.suppress(OSError):
+                    self._observer.schedule(self._handler, str(path), recursive=True)
+                self._uncovered_since[key] = now
+                continue
+            self._fall_back(f"no inotify watch on {path} (fs.inotify.max_user_watches reached?)")
+            return
 
     def _fall_back(self, reason: str) -> None:
         log.warning("watcher_fallback_polling", reason=reason,

@@ -1,8 +1,9 @@
-"""Wires gap detection into the daemon: which sessions ended, when to check, the archiver's timer.
+"""Wires gap detection into the daemon: sessions ended in, when to check, the archiver's timer.
 
-A session ends when its transcript was renamed to `.reset.<ts>` / `.deleted.<ts>` and drained (or,
-for SQLite, when a new window replaced it). Sessions that ended while the daemon was down are
-found by the first full pass and checked together with `startup_scan`; later ones one by one.
+The sources say which conversations ended (`ConversationEnd`, each handed on once): a JSONL transcript
+renamed to `.reset.<ts>` / `.deleted.<ts>` and drained, a compressed archive read, a SQLite `reset`
+event or a deleted session. Those that ended while the daemon was down are found by the first full
+pass and checked together with `startup_scan`; later ones one by one.
 """
 
 from __future__ import annotations
@@ -19,9 +20,8 @@ import structlog
 from veritas_watch.config import Config
 from veritas_watch.features.archive import archive_daily_logs
 from veritas_watch.features.gaps import EndedSession, Gap, GapDetector, GapStore, resolve_zone
-from veritas_watch.openclaw import agent_workspace, iter_agents, session_stem
-from veritas_watch.sources.cursors import CursorStore, FileCursor
-from veritas_watch.sources.jsonl import JsonlTailer
+from veritas_watch.model import ConversationEnd
+from veritas_watch.openclaw import agent_workspace, iter_agents
 
 log = structlog.get_logger()
 
@@ -46,10 +46,10 @@ class GapService:
     _last_archive: float = 0.0
 
     @classmethod
-    def open(cls, config: Config, on_detected: Callable[[str], None] | None = None) -> GapService | None:
+    def open(cls, config: Config, on_detected: Callable[[str], None] | None = None) -> GapService | NoGaps:
         gaps = config.gaps
         if not gaps.enabled:
-            return None
+            return NoGaps()
         store = GapStore(config.data_dir)
         from datetime import timedelta
 
@@ -63,23 +63,13 @@ class GapService:
     def wanted(self, agent_id: str) -> bool:
         return not self.config.gaps.agents or agent_id in self.config.gaps.agents
 
-    def drained_archives(self, tailer: JsonlTailer) -> list[FileCursor]:
-        """Archives read to their end with nothing in flight, not yet reported: mark them ended."""
-        ended = []
-        for tracked in tailer.files.values():
-            done = tracked.committed
-            if (tracked.kind in ("reset", "deleted") and not done.ended and done.offset >= tracked.size
-                    and tracked.read.offset == done.offset):
-                done.ended = tracked.read.ended = True
-                ended.append(done)
-        return ended
-
-    async def session_ended(self, agent_id: str, session_id: str, transcript: str, last_entry_ts: str | None,
-                            kind: str) -> None:
-        ended_at = _ended_at(last_entry_ts)
-        if kind == "cron" or ended_at is None or not self.wanted(agent_id):
+    async def session_ended(self, agent_id: str, end: ConversationEnd) -> None:
+        """A conversation a source saw end (a reset, a deletion, an archived transcript): check it now, or
+        with the start-up scan when the first pass over the backlog is not done yet."""
+        ended_at = _ended_at(end.ended_at)
+        if end.session_kind == "cron" or ended_at is None or not self.wanted(agent_id):
             return  # cron runs (the sync itself among them) and empty sessions need no sync
-        ended = EndedSession(agent_id, session_id, transcript, ended_at, self.workspace(agent_id))
+        ended = EndedSession(agent_id, end.session_id, end.transcript, ended_at, self.workspace(agent_id))
         if self.first_pass_done:
             gap = await self.detector.session_ended(ended.agent_id, ended.session_id, ended.transcript,
                                                     ended.ended_at, ended.workspace)
@@ -87,13 +77,8 @@ class GapService:
         else:
             self.startup.append(ended)
 
-    async def after_sweep(self, tailer: JsonlTailer, cursors: CursorStore, idle: bool) -> None:
-        ended = self.drained_archives(tailer)
-        if ended:
-            await asyncio.to_thread(cursors.commit_files, ended)
-        for cursor in ended:
-            await self.session_ended(cursor.agent_id, cursor.session_id or session_stem(cursor.path),
-                                     cursor.path, cursor.last_entry_ts, cursor.session_kind)
+    async def after_sweep(self, idle: bool) -> None:
+        """After each sweep: the start-up scan once the backlog is read, open gaps re-checked, daily logs."""
         if idle and not self.first_pass_done:
             self.first_pass_done = True
             self._count(await self.detector.startup_scan(self.startup))
@@ -124,3 +109,19 @@ class GapService:
     async def close(self) -> None:
         await self.detector.shutdown()
         self.store.close()
+
+
+class NoGaps:
+    """Gap detection switched off (`gaps.enabled = false`), or not started yet: the same calls, doing nothing."""
+
+    async def session_ended(self, agent_id: str, end: ConversationEnd) -> None:
+        return None
+
+    async def after_sweep(self, idle: bool) -> None:
+        return None
+
+    def open_gaps(self) -> list[Gap]:
+        return []
+
+    async def close(self) -> None:
+        return None

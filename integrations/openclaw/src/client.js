@@ -1,0 +1,101 @@
+// The daemon's HTTP API, as the plugin uses it: POST JSON with the agent's bearer token, bounded by a
+// timeout, every failure turned into a MemoryError with a kind the caller can act on.
+
+import { tokenFor } from "./config.js";
+
+/** Failures of the daemon as a whole: the plugin reports them once per outage. */
+export const OUTAGE_KINDS = new Set(["unreachable", "timeout", "unavailable", "bad_answer"]);
+
+export class MemoryError extends Error {
+  /**
+   * kind: unreachable | timeout | unavailable (5xx) | bad_answer | auth (401/403) | busy (429, the loop
+   * guard) | rejected (400) | not_found (404 from the route) | unsupported (404: no such route, an older
+   * daemon) | aborted (the caller gave up) | no_agent
+   */
+  constructor(kind, message, extra = {}) {
+    super(message);
+    this.name = "MemoryError";
+    this.kind = kind;
+    this.status = extra.status;
+    this.hint = extra.hint;
+    this.retryAfter = extra.retryAfter;
+  }
+
+  get outage() {
+    return OUTAGE_KINDS.has(this.kind);
+  }
+}
+
+function networkCause(error) {
+  const code = error?.cause?.code ?? error?.code;
+  return typeof code === "string" ? code : error?.cause?.name ?? error?.name ?? "error";
+}
+
+export class VeritasClient {
+  /** config: the resolved settings (url, origin, token, agentTokens, timeoutMs); fetchImpl for tests. */
+  constructor(config, fetchImpl = globalThis.fetch) {
+    this.config = config;
+    this.fetch = fetchImpl;
+  }
+
+  /** The JSON answer of `POST path` for one agent; throws MemoryError. */
+  async post(path, body, { agentId, signal } = {}) {
+    if (typeof agentId !== "string" || !agentId) {
+      throw new MemoryError("no_agent", "no agent identity for this call; nothing was asked");
+    }
+    const { url, origin, timeoutMs } = this.config;
+    const headers = { "Content-Type": "application/json", Accept: "application/json" };
+    const token = tokenFor(this.config, agentId);
+    if (token) headers.Authorization = `Bearer ${token}`;
+    const timeout = AbortSignal.timeout(timeoutMs);
+    const combined = signal ? AbortSignal.any([signal, timeout]) : timeout;
+    let response;
+    let text;
+    try {
+      response = await this.fetch(`${url}${path}`, {
+        method: "POST",
+        headers,
+        body: JSON.stringify({ ...body, agent_id: agentId }),
+        signal: combined,
+      });
+      text = await response.text();
+    } catch (error) {
+      if (signal?.aborted) throw new MemoryError("aborted", "the call was cancelled");
+      if (timeout.aborted || error?.name === "TimeoutError") {
+        throw new MemoryError("timeout", `no answer from ${origin} within ${timeoutMs} ms`);
+      }
+      throw new MemoryError("unreachable", `cannot reach ${origin} (${networkCause(error)})`);
+    }
+    let answer;
+    try {
+      answer = text ? JSON.parse(text) : undefined;
+    } catch {
+      answer = undefined;
+    }
+    const status = response.status;
+    const message = typeof answer?.error === "string" ? answer.error : `HTTP ${status}`;
+    if (status === 200) {
+      if (answer === undefined || typeof answer !== "object") {
+        throw new MemoryError("bad_answer", `${origin} answered ${path} with something that is not JSON`, { status });
+      }
+      return answer;
+    }
+    if (status === 401 || status === 403) {
+      throw new MemoryError("auth", `${origin} refused the token for this agent (HTTP ${status})`, { status });
+    }
+    if (status === 429) {
+      const retry = Number(answer?.retry_after ?? response.headers.get("retry-after"));
+      throw new MemoryError("busy", message, {
+        status,
+        hint: typeof answer?.hint === "string" ? answer.hint : undefined,
+        retryAfter: Number.isFinite(retry) ? retry : undefined,
+      });
+    }
+    if (status === 404) {
+      if (answer && typeof answer.error === "string") throw new MemoryError("not_found", message, { status });
+      throw new MemoryError("unsupported", `${origin} has no ${path} (update veritas-watch)`, { status });
+    }
+    if (status >= 400 && status < 500) throw new MemoryError("rejected", message, { status });
+    throw new MemoryError("unavailable", `${origin} answered HTTP ${status}: ${message}`.slice(0, 300), { status });
+  }
+}

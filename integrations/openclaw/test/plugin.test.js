@@ -1,0 +1,251 @@
+import assert from "node:assert/strict";
+import { cpSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { test } from "node:test";
+import { fileURLToPath, pathToFileURL } from "node:url";
+
+import { Reporter } from "../src/report.js";
+import { agentIdOf, createPlugin, setupProblems } from "../src/plugin.js";
+import { closedPort, fakeApi, fakeDaemon, textOf } from "./helpers.js";
+
+const FACT = { id: "0b8f4c52-9a55-5a55-8a55-000000000001", session_id: "sess-a", entry_id: "e1", role: "user",
+  type: "conversation", text: "My sister Ingrid's birthday is on 14 March.", timestamp: "2026-03-01T10:01:00.000Z",
+  score: 0.93, agent_id: "main", source: "db#sess-a:4", neighbour_of: null };
+const CONTEXT = `Relevant memory from earlier conversations (oldest first):\n- [2026-03-01 10:01 user] ${FACT.text}`;
+
+function register(pluginConfig, { config, fetchImpl } = {}) {
+  const api = fakeApi({ pluginConfig, config });
+  createPlugin({ reporter: new Reporter(), fetchImpl }).register(api);
+  return api;
+}
+
+function daemonAnswering(extra = {}) {
+  return fakeDaemon((req) => {
+    if (extra[req.path]) return extra[req.path](req);
+    if (req.path === "/memory/search") return { json: { results: [FACT], count: 1 } };
+    if (req.path === "/memory/context") return { json: { context: CONTEXT, count: 1, results: [FACT] } };
+    if (req.path === "/memory/get") return { json: { memory: FACT, before: [], after: [] } };
+    return { status: 404, text: "404: Not Found" };
+  });
+}
+
+test("registers memory_search, memory_get, the recall hook and a memory prompt section", async () => {
+  const api = register({});
+  assert.deepEqual(api.tools.map((t) => t.opts.names[0]), ["memory_search", "memory_get"]);
+  assert.deepEqual(api.hooks.map((h) => h.name), ["before_prompt_build"]);
+  assert.ok(api.hooks[0].opts.timeoutMs > 3000 && api.hooks[0].opts.timeoutMs < 15000);
+  const lines = api.capabilities[0].promptBuilder({ availableTools: new Set(["memory_search", "memory_get"]) });
+  assert.ok(lines.join("\n").includes("memory_search"));
+  assert.deepEqual(api.capabilities[0].promptBuilder({ availableTools: new Set(["read"]) }), []);
+  assert.deepEqual(api.warnings(), []);
+  const off = register({ autoRecall: false });
+  assert.deepEqual(off.hooks, []);
+});
+
+test("the agent is the runtime's, never the model's: the tool ignores an agent id in its arguments", async () => {
+  const daemon = await daemonAnswering();
+  try {
+    const api = register({ url: daemon.url });
+    const tool = api.tool("memory_search", { agentId: "ops", sessionKey: "agent:ops:main" });
+    const result = await tool.execute("call-1", { query: "Ingrid birthday", agent_id: "main", limit: 99 });
+    assert.equal(daemon.requests.length, 1);
+    assert.equal(daemon.requests[0].body.agent_id, "ops");
+    assert.equal(daemon.requests[0].body.limit, 20);
+    assert.ok(textOf(result).includes("14 March"));
+    const fromKey = api.tool("memory_search", { sessionKey: "agent:research:main" });
+    await fromKey.execute("call-2", { query: "q" });
+    assert.equal(daemon.requests[1].body.agent_id, "research");
+    assert.equal(api.tool("memory_search", {}), null);
+    assert.equal(api.tool("memory_get", { sessionKey: "global" }), null);
+    assert.equal(agentIdOf({ agentId: " main " }), "main");
+  } finally {
+    await daemon.close();
+  }
+});
+
+test("memory_search: time range passed on; results cite session, time and role; details structured", async () => {
+  const daemon = await daemonAnswering();
+  try {
+    const api = register({ url: daemon.url });
+    const result = await api.tool("memory_search", { agentId: "main" })
+      .execute("c", { query: "Ingrid", since: "2026-03-01", until: "1772409600" });
+    assert.equal(daemon.requests[0].body.since, "2026-03-01");
+    assert.equal(daemon.requests[0].body.until, 1772409600);
+    const text = textOf(result);
+    assert.match(text, /2026-03-01 10:01 UTC · user · session sess-a · id 0b8f4c52-/);
+    assert.equal(result.details.count, 1);
+    assert.equal(result.details.results[0].session_id, "sess-a");
+  } finally {
+    await daemon.close();
+  }
+});
+
+test("the loop guard reaches the model as text: the hint, and the refusal with its hint", async () => {
+  let calls = 0;
+  const daemon = await daemonAnswering({
+    "/memory/search": () => (++calls === 1
+      ? { json: { results: [FACT], count: 1, hint: "You have searched memory 11 times in the last 120 seconds. Stop searching." } }
+      : { status: 429, headers: { "retry-after": "30" },
+        json: { error: "too many searches: stop searching", hint: "Stop searching: answer with what you found.", retry_after: 30 } }),
+  });
+  try {
+    const api = register({ url: daemon.url });
+    const tool = api.tool("memory_search", { agentId: "main" });
+    const first = textOf(await tool.execute("c1", { query: "q" }));
+    assert.ok(first.startsWith("veritas-watch: You have searched memory 11 times"), first);
+    const second = await tool.execute("c2", { query: "q" });
+    assert.match(textOf(second), /refused the search: Stop searching: answer with what you found\. \(retry after 30 s\)/);
+    assert.equal(second.details.hint, "Stop searching: answer with what you found.");
+    assert.equal(second.details.error, "busy");
+    assert.equal(second.details.unavailable, false);
+    assert.deepEqual(api.warnings(), []); // the guard is not a failure of the daemon
+  } finally {
+    await daemon.close();
+  }
+});
+
+test("memory_get: one memory by id with its turns; unknown ids and an older daemon answered in words", async () => {
+  const daemon = await daemonAnswering({
+    "/memory/get": (req) => (req.body.id === "missing"
+      ? { status: 404, json: { error: "no memory with this id for this agent" } }
+      : { json: { memory: FACT, before: [{ ...FACT, id: "b", text: "Before." }], after: [] } }),
+  });
+  try {
+    const api = register({ url: daemon.url });
+    const tool = api.tool("memory_get", { agentId: "main" });
+    const result = await tool.execute("c", { id: FACT.id, neighbours: 9 });
+    assert.equal(daemon.requests[0].body.neighbours, 5);
+    assert.equal(daemon.requests[0].body.agent_id, "main");
+    assert.match(textOf(result), /Before\.\n> 2026-03-01 10:01 UTC · user: My sister Ingrid/);
+    assert.equal(textOf(await tool.execute("c", { id: "missing" })), "No memory with this id for this agent.");
+  } finally {
+    await daemon.close();
+  }
+  const old = await fakeDaemon(() => ({ status: 404, text: "404: Not Found" }));
+  try {
+    const api = register({ url: old.url });
+    const text = textOf(await api.tool("memory_get", { agentId: "main" }).execute("c", { id: FACT.id }));
+    assert.match(text, /has no \/memory\/get \(update veritas-watch\)/);
+    assert.equal(api.warnings().length, 1);
+  } finally {
+    await old.close();
+  }
+});
+
+test("auto-recall: the context block for the user's words, within the budget, for this agent only", async () => {
+  const daemon = await daemonAnswering();
+  try {
+    const api = register({ url: daemon.url, recallLimit: 4, recallMaxChars: 400 });
+    const hook = api.hook("before_prompt_build");
+    const out = await hook({ prompt: "[Tue 2026-12-01 16:50 UTC] When is Ingrid's birthday?", messages: [] },
+      { agentId: "main", trigger: "user", sessionKey: "agent:main:main" });
+    assert.ok(out.prependContext.includes(FACT.text));
+    assert.ok(out.prependContext.length <= 400);
+    assert.deepEqual(daemon.requests[0].body, { query: "When is Ingrid's birthday?", limit: 4, agent_id: "main" });
+    // already in the conversation: nothing to add
+    const again = await hook({ prompt: "When?", messages: [{ role: "user", content: FACT.text }] }, { agentId: "main" });
+    assert.equal(again, undefined);
+    // background runs and runs without an agent ask nothing
+    assert.equal(await hook({ prompt: "heartbeat" }, { agentId: "main", trigger: "heartbeat" }), undefined);
+    assert.equal(await hook({ prompt: "x" }, { trigger: "user" }), undefined);
+    assert.equal(await hook({ prompt: "   " }, { agentId: "main" }), undefined);
+    assert.equal(daemon.requests.length, 2);
+  } finally {
+    await daemon.close();
+  }
+});
+
+test("fails soft: daemon down -> no memories, one warning for the whole outage, one line when it is back", async () => {
+  const port = await closedPort();
+  let up = false;
+  const fetchImpl = (url, init) => fetch(up ? url : url.replace(/:\d+\//, `:${port}/`), init);
+  const daemon = await daemonAnswering();
+  try {
+    const api = register({ url: daemon.url, token: "tok-secret-1" }, { fetchImpl });
+    const hook = api.hook("before_prompt_build");
+    const search = api.tool("memory_search", { agentId: "main" });
+    for (let turn = 0; turn < 3; turn++) {
+      assert.equal(await hook({ prompt: "When is Ingrid's birthday?" }, { agentId: "main" }), undefined);
+      const result = await search.execute("c", { query: "Ingrid" });
+      assert.match(textOf(result), /Memory is unavailable right now/);
+      assert.equal(result.details.unavailable, true);
+    }
+    assert.equal(api.warnings().length, 1);
+    assert.match(api.warnings()[0], /^veritas-watch: auto-recall failed: cannot reach http:\/\/127\.0\.0\.1:\d+ \(ECONNREFUSED\)/);
+    up = true;
+    assert.ok((await hook({ prompt: "When is Ingrid's birthday?" }, { agentId: "main" })).prependContext);
+    assert.deepEqual(api.logs.filter((l) => l.level === "info").map((l) => l.message),
+      ["veritas-watch: the daemon answers again; memories are back"]);
+    const logged = JSON.stringify(api.logs);
+    assert.ok(!logged.includes("tok-secret-1") && !logged.includes("Ingrid"), logged);
+  } finally {
+    await daemon.close();
+  }
+});
+
+test("fails soft: a slow daemon costs at most timeoutMs, then the turn goes on", async () => {
+  const daemon = await fakeDaemon(() => ({ hang: true }));
+  try {
+    const api = register({ url: daemon.url, timeoutMs: 250 });
+    const started = performance.now();
+    const out = await api.hook("before_prompt_build")({ prompt: "hello there" }, { agentId: "main" });
+    const took = performance.now() - started;
+    assert.equal(out, undefined);
+    assert.ok(took < 1500, `took ${took} ms`);
+    assert.match(api.warnings()[0], /no answer from http:\/\/127\.0\.0\.1:\d+ within 250 ms/);
+  } finally {
+    await daemon.close();
+  }
+});
+
+test("a refused token is said once, naming the setting, never the token", async () => {
+  const daemon = await fakeDaemon(() => ({ status: 401, json: { error: "missing or wrong bearer token" } }));
+  try {
+    const api = register({ url: daemon.url, agentTokens: { main: "per-agent-secret" } });
+    for (let i = 0; i < 3; i++) {
+      const text = textOf(await api.tool("memory_search", { agentId: "main" }).execute("c", { query: "q" }));
+      assert.match(text, /refused this agent's token/);
+    }
+    assert.equal(daemon.requests[0].headers.authorization, "Bearer per-agent-secret");
+    assert.equal(api.warnings().length, 1);
+    assert.match(api.warnings()[0], /\(agent main\): set plugins\.entries\.veritas-watch\.config\.token \(or agentTokens\.main\)/);
+    assert.ok(!JSON.stringify(api.logs).includes("per-agent-secret"));
+  } finally {
+    await daemon.close();
+  }
+});
+
+test("the setup problems that silently defeat the plugin are said at load", () => {
+  const settings = { autoRecall: true };
+  assert.deepEqual(setupProblems({ plugins: {} }, settings).map(([key]) => key), ["memory-core", "hooks"]);
+  assert.deepEqual(setupProblems({ plugins: { deny: ["memory-core"], entries: {
+    "veritas-watch": { hooks: { allowConversationAccess: true } } } } }, settings), []);
+  assert.deepEqual(setupProblems({ plugins: { allow: ["veritas-watch"] } }, { autoRecall: false }), []);
+  const api = register({}, { config: { plugins: {} } });
+  assert.equal(api.warnings().length, 2);
+  assert.match(api.warnings()[0], /openclaw plugins disable memory-core/);
+  assert.match(api.warnings()[1], /hooks\.allowConversationAccess true/);
+});
+
+test("copies of the plugin loaded side by side in one process share one outage and one set of warnings", async () => {
+  // two copies of the whole module graph, as OpenClaw's loads give it (same code, separate module state)
+  const root = mkdtempSync(join(tmpdir(), "vw-plugin-copies-"));
+  const copies = [];
+  for (const n of [1, 2]) {
+    cpSync(fileURLToPath(new URL("../src/", import.meta.url)), join(root, `copy${n}`, "src"), { recursive: true });
+    copies.push(await import(pathToFileURL(join(root, `copy${n}`, "src", "plugin.js")).href));
+  }
+  assert.notEqual(copies[0].createPlugin, copies[1].createPlugin);
+  const port = await closedPort();
+  const apis = copies.map((copy) => {
+    const api = fakeApi({ pluginConfig: { url: `http://127.0.0.1:${port}` }, config: { plugins: {} } });
+    copy.createPlugin().register(api); // the shared, process-wide reporter
+    return api;
+  });
+  for (const api of apis) await api.hook("before_prompt_build")({ prompt: "hello" }, { agentId: "main" });
+  rmSync(root, { recursive: true, force: true });
+  const warnings = apis.flatMap((api) => api.warnings());
+  assert.equal(warnings.filter((w) => w.includes("memory-core is enabled")).length, 1, warnings.join("\n"));
+  assert.equal(warnings.filter((w) => w.includes("auto-recall failed")).length, 1, warnings.join("\n"));
+});

@@ -1,0 +1,342 @@
+"""Recall corpora built from secrets nobody here wrote: public scanners' rule samples in chat contexts.
+
+`tests/data/public_rules_gitleaks.json.gz` (tuning) and `tests/data/public_rules_noseyparker.json.gz`
+(the second set: no rule fitted to it, its misses read) hold each rule's secrets, written by
+bench/rule_samples.py from the
+scanners' published rules: the samples their authors wrote, the secrets of their examples, and
+values generated from their own regexes. `build_corpus` places every secret in the chat contexts
+people paste (English and Chinese sentences, `export X=...`, code in ten languages and config
+formats, JSON, `.env` dumps, and the scanner's own example text), and records where it sits.
+A secret counts as caught only if one redacted span covers all of it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+DATA = Path(__file__).resolve().parent / "data"
+CORPORA = ("gitleaks", "noseyparker")
+SHAPES = ("en", "zh", "shell", "code", "json", "env", "example")
+
+
+@dataclass(frozen=True)
+class Sample:
+    source: str
+    rule: str
+    family: str
+    ident: str  # the provider or name a user calls it by ("twitter", "slack")
+    secret: str
+    origin: str  # literal | generated | example | negative
+    example: str = ""
+
+
+@dataclass(frozen=True)
+class Placed:
+    sample: Sample
+    shape: str  # one of SHAPES
+    variant: str  # which template of the shape
+    text: str
+    start: int  # where the secret (as written in the text) sits
+    end: int
+
+
+@cache
+def load_samples(corpus: str) -> tuple[Sample, ...]:
+    # gzip: a plain file of key-shaped samples would trip secret scanners reading the repository
+    raw: list[dict[str, Any]] = json.loads(gzip.decompress((DATA / f"public_rules_{corpus}.json.gz").read_bytes()))
+    return tuple(
+        Sample(r["source"], r["rule"], r["family"], r["ident"], r["secret"], r["origin"], r.get("example", ""))
+        for r in raw
+    )
+
+
+def positives(corpus: str) -> list[Sample]:
+    return [s for s in load_samples(corpus) if s.secret and s.origin != "documented_example"]
+
+
+def documented_examples(corpus: str) -> list[Sample]:
+    """Placeholder keys of the scanners' samples and docs (`AKIAIOSFODNN7EXAMPLE`, `ghu_xxxx...`)."""
+    return [s for s in load_samples(corpus) if s.origin == "documented_example"]
+
+
+def negatives(corpus: str) -> list[Sample]:
+    return [s for s in load_samples(corpus) if not s.secret]
+
+
+def _noun(rule: str) -> str:
+    r = rule.lower()
+    for word, noun in (("password", "password"), ("secret", "secret"), ("key", "key")):
+        if word in r:
+            return noun
+    return "token"
+
+
+def _names(sample: Sample) -> dict[str, str]:
+    ident = re.sub(r"[^A-Za-z0-9]", "", sample.ident) or "svc"
+    noun = _noun(sample.rule)
+    cap = noun.capitalize()
+    return {
+        "i": ident.lower(),
+        "I": ident.upper(),
+        "Svc": ident.capitalize(),
+        "noun": noun,
+        "Noun": cap,
+        "NOUN": noun.upper(),
+        "zh_noun": {"password": "密码", "secret": "密钥", "key": "密钥", "token": "令牌"}[noun],
+    }
+
+
+# `{s}` is the secret; the names come from `_names`.
+EN = (
+    "Here is the {Svc} {noun} for the deploy: {s}",
+    "my {Svc} api {noun} is {s} - please keep it safe",
+    "Can you wire up {Svc}? Use {s} as the {noun}, thanks.",
+    "ok the new {Svc} {noun} is `{s}` (the old one is revoked)",
+    "{Svc} {noun}:\n{s}\nthat's all",
+    "ok so {s} is what {Svc} gave me, don't share it",  # no cue word: the value alone must tell
+    "Quick one: the bot needs {s} to talk to {Svc}.",
+)
+ZH = (
+    "这是{Svc}的{zh_noun}：{s}，帮我配置一下",
+    "{Svc} 的 {noun} 是 {s} 别弄丢了",
+    "帮我把这个{Svc} {noun}记下来：{s}",
+    "新的 {Svc} {noun}：{s}（旧的已经作废）",
+)
+SHELL = (
+    "export {I}_{NOUN}={s}",
+    'export {I}_{NOUN}="{s}"',
+    "```bash\nexport {I}_{NOUN}='{s}'\n./deploy.sh\n```",
+    "docker run -e {I}_{NOUN}={s} -p 8080:8080 app:latest",
+    "$env:{I}_{NOUN}=\"{s}\"",
+)
+# gitleaks' own sample shapes (cmd/generate/config/utils/generate.go) plus the config formats people paste
+CODE = (
+    'System.setProperty("{I}_{NOUN}", "{s}")',
+    'var {i}{Noun} string = "{s}"',
+    '{i}{Noun} := "{s}"',
+    "{i}{Noun} := `{s}`",
+    '${i}{Noun} .= "{s}"',
+    '{I}_{NOUN} ::= "{s}"',
+    '{I}_{NOUN} :::= "{s}"',
+    '{I}_{NOUN} ?= "{s}"',
+    '{I}_{NOUN} := "{s}"',
+    '{I}_{NOUN} = "{s}"',
+    "<{i}{Noun}>{s}</{i}{Noun}>",
+    "<{i}{Noun}>\n    {s}\n</{i}{Noun}>",
+    'String {i}{Noun} = "{s}";',
+    'string {i}{Noun} = "{s}";',
+    'var {i}{Noun} = "{s}"',
+    "{i}{Noun} = '{s}'",
+    '{i}{Noun} = "{s}"',
+    '  "{i}{Noun}" => "{s}"',
+    "```yaml\n{i}:\n  {noun}: {s}\n  timeout: 30\n```",
+    "{i}_{noun}: '{s}'",
+    '[{i}]\n{noun} = "{s}"',
+    "[{i}]\n{i}_{noun}={s}",
+    'provider "{i}" {\n  {noun} = "{s}"\n}',
+    "```python\nclient = {Svc}Client({noun}=\"{s}\")\n```",
+    "```js\nconst {i}{Noun} = '{s}';\n```",
+)
+JSON = (
+    '{{"{i}_{noun}": "{s}"}}',
+    '{{\n    "{i}_{noun}": "{s}"\n}}',
+    '{{"provider": "{i}", "{noun}": "{s}", "enabled": true}}',
+    '{{"config.ini": "{I}_{NOUN}={s}\\nBACKUP_ENABLED=true"}}',
+    '```json\n{{\n  "{i}": {{\n    "{noun}": "{s}"\n  }}\n}}\n```',
+)
+ENV = (
+    "NODE_ENV=production\nPORT=3000\n{I}_{NOUN}={s}\nLOG_LEVEL=debug",
+    "here's my .env:\n```\n{I}_{NOUN}={s}\nREGION=us-east-1\n```",
+    '{I}_{NOUN}="{s}"\nTIMEOUT_MS=3000',
+)
+TEMPLATES: dict[str, tuple[str, ...]] = {"en": EN, "zh": ZH, "shell": SHELL, "code": CODE, "json": JSON, "env": ENV}
+
+
+def _escape_for(shape: str, template: str, secret: str) -> str:
+    if shape == "json":
+        return json.dumps(secret)[1:-1]
+    return secret
+
+
+def _fill(template: str, names: dict[str, str], secret: str, shape: str) -> tuple[str, int, int]:
+    written = _escape_for(shape, template, secret)
+    text = template
+    if shape == "json":
+        text = text.replace("{{", "\x00").replace("}}", "\x01")
+    for key in sorted(names, key=len, reverse=True):
+        text = text.replace("{" + key + "}", names[key])
+    head, _, tail = text.partition("{s}")
+    head = head.replace("\x00", "{").replace("\x01", "}")
+    tail = tail.replace("\x00", "{").replace("\x01", "}")
+    return head + written + tail, len(head), len(head) + len(written)
+
+
+def place(sample: Sample, shape: str, index: int) -> Placed | None:
+    """`sample` in one context of `shape` (the `index`-th template, cycling); None if it cannot go there."""
+    if shape == "example":
+        if not sample.example or sample.secret not in sample.example:
+            return None
+        start = sample.example.index(sample.secret)
+        return Placed(sample, shape, "scanner", sample.example, start, start + len(sample.secret))
+    multiline = "\n" in sample.secret
+    templates = TEMPLATES[shape]
+    if multiline:
+        if shape not in ("en", "zh", "code"):
+            return None
+        templates = tuple(t for t in templates if "`{s}`" not in t and "'{s}'" not in t and '"{s}"' not in t
+                          and "{s} " not in t.split("\n")[-1]) or templates
+    template = templates[index % len(templates)]
+    text, start, end = _fill(template, _names(sample), sample.secret, shape)
+    return Placed(sample, shape, f"{shape}{index % len(templates)}", text, start, end)
+
+
+def build_corpus(corpus: str, *, per_sample: int = 4, seed: int = 13) -> list[Placed]:
+    """Every secret of `corpus` in `per_sample` context shapes (its scanner example too, if it has one);
+    across the corpus each shape and each of its templates is used about equally. Deterministic."""
+    rng = random.Random(f"{seed}-{corpus}")
+    out: list[Placed] = []
+    plain = [s for s in SHAPES if s != "example"]
+    for n, sample in enumerate(positives(corpus)):
+        shapes = [plain[(n + k) % len(plain)] for k in range(per_sample)]
+        if sample.example:
+            shapes.append("example")
+        for k, shape in enumerate(shapes):
+            placed = place(sample, shape, n // len(plain) + k + rng.randrange(3))
+            if placed is not None:
+                out.append(placed)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Ordinary chat: the false-positive sets (shared fixtures)
+
+# Real credentials present in the public OpenClaw fixture (an openclaw.json printed by a tool and an
+# env dump): finding them is right. Identified by file, line and a fingerprint under AUDIT_KEY.
+AUDIT_KEY = b"veritas-watch-fixture-audit"
+FIXTURE_SECRETS = {
+    ("06826999-c084-45d8-9da5-236646ccc145.jsonl", 8, "11049465"),  # OPENCLAW_GATEWAY_TOKEN
+    ("27f2e411-11f0-4e15-95d7-cc5e7979b99e.jsonl", 21, "7fb1beb7"),  # hooks.token
+    ("27f2e411-11f0-4e15-95d7-cc5e7979b99e.jsonl", 21, "ff518128"),  # LINE channelAccessToken
+    ("27f2e411-11f0-4e15-95d7-cc5e7979b99e.jsonl", 21, "e63905f7"),  # LINE channelSecret
+    ("27f2e411-11f0-4e15-95d7-cc5e7979b99e.jsonl", 21, "11049465"),  # gateway.auth.token
+    ("27f2e411-11f0-4e15-95d7-cc5e7979b99e.jsonl", 22, "54d4287f"),  # operator device token
+    ("27f2e411-11f0-4e15-95d7-cc5e7979b99e.jsonl", 36, "7fb1beb7"),
+    ("27f2e411-11f0-4e15-95d7-cc5e7979b99e.jsonl", 36, "ff518128"),  # the same token, terminal-wrapped
+    ("27f2e411-11f0-4e15-95d7-cc5e7979b99e.jsonl", 36, "e63905f7"),
+    ("27f2e411-11f0-4e15-95d7-cc5e7979b99e.jsonl", 36, "11049465"),
+}
+
+
+def _message_texts(node: Any) -> Iterator[str]:
+    if isinstance(node, str):
+        yield node
+    elif isinstance(node, list):
+        for item in node:
+            yield from _message_texts(item)
+    elif isinstance(node, dict):
+        for key in ("text", "thinking", "content"):
+            if key in node:
+                yield from _message_texts(node[key])
+        if isinstance(node.get("arguments"), dict):
+            yield json.dumps(node["arguments"], ensure_ascii=False)
+
+
+def false_positives(
+    messages: list[tuple[str, int, str]], detect: Any, fingerprint: Any
+) -> list[tuple[str, int, str, str]]:
+    """(where, line, rule, context) of every finding in ordinary chat that is not a known fixture secret."""
+    out = []
+    for where, number, text in messages:
+        for match in detect(text):
+            if (where, number, fingerprint(match.value, AUDIT_KEY)) in FIXTURE_SECRETS:
+                continue
+            context = text[max(0, match.start - 60) : match.start] + "<<<" + text[match.start : match.end] + ">>>"
+            out.append((where, number, match.rule, context[-200:]))
+    return out
+
+
+def transcript_messages(shared: Path) -> list[tuple[str, int, str]]:
+    root = shared / "fixtures" / "openclaw" / "zapabob-main" / "sessions"
+    messages = []
+    for path in sorted(root.iterdir()):
+        for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(entry, dict) and entry.get("type") == "message":
+                text = "\n".join(_message_texts((entry.get("message") or {}).get("content")))
+                messages.append((path.name, number, text))
+    return messages
+
+
+def locomo_messages(shared: Path) -> list[tuple[str, int, str]]:
+    samples = json.loads((shared / "fixtures" / "locomo" / "locomo10-dev.json").read_text(encoding="utf-8"))
+    messages = []
+    for sample in samples:
+        for name, session in sample["conversation"].items():
+            if name.startswith("session_") and isinstance(session, list):
+                for number, turn in enumerate(session, 1):
+                    text = turn.get("text", "")
+                    if turn.get("blip_caption"):
+                        text += "\n" + turn["blip_caption"]
+                    messages.append((f"{sample['sample_id']}/{name}", number, text))
+    return messages
+
+
+# ---------------------------------------------------------------------------------------------
+# Measuring
+
+
+@dataclass
+class Tally:
+    found: int = 0
+    total: int = 0
+
+    @property
+    def recall(self) -> float:
+        return self.found / self.total if self.total else 1.0
+
+
+@dataclass
+class Recall:
+    overall: Tally
+    by_family: dict[str, Tally]
+    by_shape: dict[str, Tally]
+    by_rule: dict[str, Tally]
+    misses: list[tuple[Placed, str]]  # what was missed, and how ("missed" or "partial")
+
+
+def caught(spans: list[tuple[int, int]], start: int, end: int) -> str:
+    """'ok' if one span covers [start, end), 'partial' if spans only touch it, else 'missed'."""
+    if any(s <= start and e >= end for s, e in spans):
+        return "ok"
+    if any(s < end and e > start for s, e in spans):
+        return "partial"
+    return "missed"
+
+
+def measure(placed: list[Placed], spans_of: Any) -> Recall:
+    """Recall of `spans_of(text) -> [(start, end)]` over the placed secrets."""
+    result = Recall(Tally(), {}, {}, {}, [])
+    for p in placed:
+        how = caught(spans_of(p.text), p.start, p.end)
+        ok = how == "ok"
+        for table, key in ((result.by_family, p.sample.family), (result.by_shape, p.shape),
+                           (result.by_rule, p.sample.rule)):
+            tally = table.setdefault(key, Tally())
+            tally.total += 1
+            tally.found += ok
+        result.overall.total += 1
+        result.overall.found += ok
+        if not ok:
+            result.misses.append((p, how))
+    return result

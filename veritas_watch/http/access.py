@@ -1,0 +1,285 @@
+"""Who may ask the HTTP API what: browser checks, tokens, and the agents a caller may read.
+
+What a request must show before any handler runs (`guard_middleware`):
+1. `Host` is a loopback name (`localhost`, `127.x.x.x`, `[::1]`) or the configured host (or one of
+   `http.allowed_hosts`): a DNS-rebinding page's requests carry its own name and are refused;
+2. no `Origin` but our own, and no `Sec-Fetch-Site` but `same-origin`/`none`: a web page elsewhere
+   is refused (browsers send these; curl, the CLI and Node's fetch do not);
+3. POST bodies are `application/json`: the content types a page can send without a CORS
+   preflight (`text/plain`, forms) are refused, and no route answers a preflight;
+4. the bearer token, which decides the caller's scope:
+   - `http.token`, or the running daemon's local token (`<data_dir>/http.token`, mode 0600, what
+     the CLI uses): every agent;
+   - a token of `http.agent_tokens`: that agent only;
+   - none: refused (401) when any token is configured; else a local caller, who may search, add to
+     and export any one agent, and read `/status` and `/export` for every agent only with
+     `http.allow_all_agents`.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import json
+import socket
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from aiohttp import web
+
+from veritas_watch.openclaw import InvalidAgentId, canonical_agent_id
+
+if TYPE_CHECKING:
+    from veritas_watch.config import HttpConfig
+
+log = structlog.get_logger()
+ACCESS_KEY = "veritas.access"
+LOOPBACK_NAMES = frozenset({"localhost", "localhost.", "ip6-localhost", "ip6-loopback"})
+SAFE_FETCH_SITES = frozenset({"same-origin", "none"})
+OPEN_PATHS = frozenset({"/health"})  # answered to anyone who passes the browser checks
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    """What the caller of one request may read: every agent, one agent, or any one agent at a time."""
+
+    all_agents: bool
+    agent: str | None = None  # set for a per-agent token: this agent only
+    anonymous: bool = False
+
+    def allows(self, agent_id: str | None) -> bool:
+        if self.all_agents:
+            return True
+        if self.agent is not None:
+            return agent_id == self.agent
+        return agent_id is not None  # a local caller: any one agent
+
+    def require(self, agent_id: str | None) -> None:
+        if not self.allows(agent_id):
+            if agent_id is None:
+                raise refused(web.HTTPForbidden, "every agent at once needs the token (http.token), or "
+                              "http.allow_all_agents; ask for one agent (agent=ID)")
+            raise refused(web.HTTPForbidden, "this token is not for that agent")
+
+
+def refused(status: type[web.HTTPException], message: str, **headers: str) -> web.HTTPException:
+    return status(text=json.dumps({"error": message}), content_type="application/json", headers=headers or None)
+
+
+def request_access(request: web.Request) -> Access:
+    access: Access = request[ACCESS_KEY]
+    return access
+
+
+def agent_param(value: object, field: str = "agent_id") -> str:
+    """A caller's agent id, checked by OpenClaw's rule (anything else is a 400, never a path)."""
+    try:
+        return canonical_agent_id(value)
+    except InvalidAgentId as exc:
+        log.warning("request_refused", reason="invalid_agent_id", field=field, status=400)  # never the value
+        raise refused(web.HTTPBadRequest, f"field {field}: {exc}") from None
+
+
+# -- loopback --------------------------------------------------------------------------------------
+
+def _is_loopback_ip(text: str) -> bool:
+    try:
+        return ipaddress.ip_address(text.split("%", 1)[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def resolves_to_loopback(host: str) -> bool:
+    """True only if every address `host` resolves to is a loopback address (a text prefix proves nothing:
+    `127.example.com` is any host on the internet)."""
+    bare = host.strip("[]")
+    try:
+        ipaddress.ip_address(bare.split("%", 1)[0])
+        return _is_loopback_ip(bare)
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(bare, None, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError):
+        return False
+    addresses = {str(info[4][0]) for info in infos}
+    return bool(addresses) and all(_is_loopback_ip(a) for a in addresses)
+
+
+def bound_to_loopback(addresses: Iterable[Any]) -> bool:
+    """Whether every socket address the server listens on is loopback."""
+    hosts = [str(a[0]) for a in addresses]
+    return bool(hosts) and all(_is_loopback_ip(h) for h in hosts)
+
+
+# -- the browser checks -----------------------------------------------------------------------------
+
+def _split_authority(value: str) -> tuple[str, str | None]:
+    """`Host`/origin authority -> (host in lower case, port or None): `[::1]:17761` -> (`::1`, `17761`)."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        end = value.find("]")
+        if end < 0:
+            return value, None
+        rest = value[end + 1:]
+        return value[1:end], (rest[1:] if rest.startswith(":") else None)
+    if value.count(":") == 1:
+        host, port = value.split(":")
+        return host, port
+    return value, None
+
+
+WILDCARDS = frozenset({"0.0.0.0", "::", ""})
+
+
+def _name_allowed(name: str, http: HttpConfig) -> bool:
+    """Loopback names, the configured host and `http.allowed_hosts`; bound to every address (0.0.0.0,
+    which needs a token), also any IP literal and this machine's own names: a DNS-rebinding page's
+    requests name the page's DNS name, which is none of these."""
+    if name in LOOPBACK_NAMES or _is_loopback_ip(name):
+        return True
+    configured = http.host.lower().strip("[]")
+    allowed = {configured, *(h.lower().strip("[]") for h in http.allowed_hosts)} - WILDCARDS
+    if name in allowed:
+        return True
+    if configured in WILDCARDS:
+        try:
+            ipaddress.ip_address(name.split("%", 1)[0])
+            return True
+        except ValueError:
+            return name in {socket.gethostname().lower(), socket.getfqdn().lower()}
+    return False
+
+
+def host_allowed(host_header: str | None, http: HttpConfig) -> bool:
+    if not host_header:
+        return False  # HTTP/1.1 requires Host; every real client sends one
+    return _name_allowed(_split_authority(host_header)[0], http)
+
+
+def origin_allowed(origin: str, http: HttpConfig, port: int | None) -> bool:
+    """Only our own origin (`http://<allowed host>:<our port>`); `null` and every other site are refused."""
+    if not origin.startswith("http://"):
+        return False
+    authority = origin[len("http://"):].rstrip("/")
+    if "/" in authority or "@" in authority:
+        return False
+    name, given_port = _split_authority(authority)
+    return _name_allowed(name, http) and port is not None and (given_port or "80") == str(port)
+
+
+def _json_content_type(request: web.Request) -> bool:
+    return request.content_type in ("application/json",) or request.content_type.endswith("+json")
+
+
+# -- tokens ---------------------------------------------------------------------------------------
+
+class Tokens:
+    """The configured tokens and the local one, compared in constant time."""
+
+    def __init__(self, http: HttpConfig, local_token: str) -> None:
+        self.admin = [t.encode() for t in (http.token, local_token) if t]
+        self.per_agent = [(agent, token.encode()) for agent, token in http.agent_tokens.items() if token]
+        self.configured = bool(http.token or http.agent_tokens)
+        self.allow_all = http.allow_all_agents
+
+    def access(self, authorization: str) -> Access | None:
+        """The caller's scope, or None for a wrong or malformed token."""
+        if not authorization:
+            if self.configured:
+                return None
+            return Access(all_agents=self.allow_all, anonymous=True)
+        scheme, _, given = authorization.partition(" ")
+        supplied = given.strip().encode() if scheme.lower() == "bearer" else b""
+        admin = bool(supplied) and any(hmac.compare_digest(supplied, t) for t in self.admin)
+        agent = None
+        for name, token in self.per_agent:  # every token compared: the time says nothing about which matched
+            if supplied and hmac.compare_digest(supplied, token):
+                agent = agent or name
+        if admin:
+            return Access(all_agents=True)
+        if agent is not None:
+            return Access(all_agents=False, agent=agent)
+        if not self.configured:  # no token is configured: a token the caller brings changes nothing
+            return Access(all_agents=self.allow_all, anonymous=True)
+        return None
+
+
+_REFUSAL_LOG_EVERY_S = 10.0
+
+
+class RefusalLog:
+    """One log line per refused request, at most one per reason per 10 s with a count (no log flood)."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, float] = {}
+        self._count: dict[str, int] = {}
+
+    def __call__(self, request: web.Request, reason: str, status: int) -> None:
+        now = time.monotonic()
+        self._count[reason] = self._count.get(reason, 0) + 1
+        if now - self._last.get(reason, -_REFUSAL_LOG_EVERY_S) >= _REFUSAL_LOG_EVERY_S:
+            log.warning("request_refused", reason=reason, status=status, method=request.method,
+                        path=request.path[:200], count=self._count.pop(reason))
+            self._last[reason] = now
+
+
+def check_request(request: web.Request, http: HttpConfig, tokens: Tokens, port: int | None) -> Access:
+    """Raise the refusal for a request a browser page (or a caller without the right token) made;
+    else the caller's scope."""
+    if not host_allowed(request.headers.get("Host"), http):
+        raise _refusal(web.HTTPForbidden, "host_not_allowed",
+                       "Host must be a loopback name or the configured http.host (http.allowed_hosts)")
+    origin = request.headers.get("Origin")
+    if origin is not None and not origin_allowed(origin, http, port):
+        raise _refusal(web.HTTPForbidden, "origin_not_allowed", "requests from web pages are refused")
+    site = request.headers.get("Sec-Fetch-Site")
+    if site is not None and site.lower() not in SAFE_FETCH_SITES:
+        raise _refusal(web.HTTPForbidden, "cross_site", "requests from web pages are refused")
+    if request.method not in ("GET", "HEAD", "POST"):
+        raise _refusal(web.HTTPMethodNotAllowed, "method_not_allowed", "GET or POST only",
+                       method=request.method)
+    if request.method == "POST" and not _json_content_type(request):
+        raise _refusal(web.HTTPUnsupportedMediaType, "content_type_not_json",
+                       "POST bodies must be Content-Type: application/json")
+    access = tokens.access(request.headers.get("Authorization", ""))
+    if access is None:
+        if request.path in OPEN_PATHS:
+            return Access(all_agents=False, anonymous=True)
+        raise _refusal(web.HTTPUnauthorized, "bad_token", "missing or wrong bearer token")
+    return access
+
+
+class _Refusal(Exception):
+    def __init__(self, response: web.HTTPException, reason: str) -> None:
+        self.response = response
+        self.reason = reason
+
+
+def _refusal(status: type[web.HTTPException], reason: str, message: str, **kwargs: Any) -> _Refusal:
+    if status is web.HTTPMethodNotAllowed:
+        response: web.HTTPException = web.HTTPMethodNotAllowed(
+            kwargs["method"], ["GET", "POST"], text=json.dumps({"error": message}), content_type="application/json")
+    else:
+        response = refused(status, message)
+    return _Refusal(response, reason)
+
+
+def make_guard(http: HttpConfig, tokens: Tokens, port_of: Any) -> Any:
+    """The middleware: browser checks and token first, the caller's scope stored on the request."""
+    refusals = RefusalLog()
+
+    @web.middleware
+    async def guard_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+        try:
+            request[ACCESS_KEY] = check_request(request, http, tokens, port_of())
+        except _Refusal as refusal:
+            refusals(request, refusal.reason, refusal.response.status)
+            raise refusal.response from None
+        response: web.StreamResponse = await handler(request)
+        return response
+
+    return guard_middleware

@@ -1,0 +1,203 @@
+"""The daemon's loopback HTTP API (aiohttp): the app, its middlewares, the daemon-wide routes (health,
+status, export, metrics) and start-up/publication. Handlers are thin: they call query.py and status.py.
+
+The embedded store is locked by the daemon, so other processes (the CLI's `search`, `status`,
+`export`) come through here while it runs. Who may ask what is `access.py`'s: browser checks,
+tokens, and the agents a caller may read; every request passes it before a handler runs. The
+memory routes are `memory.py`'s, the selftest's cleanup `selftest.py`'s, shared helpers `requests.py`'s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from aiohttp import web
+
+from veritas_watch.http.access import Tokens, agent_param, bound_to_loopback, make_guard, request_access
+from veritas_watch.http.memory import add_memory_routes
+from veritas_watch.http.requests import DAEMON_KEY, BadRequest, daemon_of, json_answer
+from veritas_watch.http.selftest import cleanup_handler
+from veritas_watch.owner import PortTaken, StartupError, write_local_token
+from veritas_watch.selftest import SELFTEST_AGENT
+
+if TYPE_CHECKING:
+    from veritas_watch.daemon import Daemon
+
+log = structlog.get_logger()
+@web.middleware
+async def errors_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+    """An unexpected error in a handler: 500 with a JSON message and one log line (no traceback spill)."""
+    try:
+        response: web.StreamResponse = await handler(request)
+        return response
+    except web.HTTPException:
+        raise
+    except (ConnectionResetError, asyncio.CancelledError):
+        raise
+    except Exception as exc:
+        frame = exc.__traceback__
+        while frame is not None and frame.tb_next is not None:
+            frame = frame.tb_next
+        where = f"{frame.tb_frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.tb_lineno}" if frame else ""
+        log.error("http_handler_failed", method=request.method, path=request.path[:200],
+                  error=f"{type(exc).__name__}: {exc}"[:300], at=where)
+        raise web.HTTPInternalServerError(text=json.dumps({"error": "internal error (logged)"}),
+                                          content_type="application/json") from None
+
+
+@web.middleware
+async def starting_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+    """While the daemon starts (the port is bound first) every route but /health answers 503."""
+    if not daemon_of(request).ready and request.path != "/health":
+        raise web.HTTPServiceUnavailable(text=json.dumps({"error": "daemon starting"}), content_type="application/json",
+                                         headers={"Retry-After": "2"})
+    response: web.StreamResponse = await handler(request)
+    return response
+
+
+@web.middleware
+async def policy_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Routes that are no agent's: /metrics (agent names and counts) is not for a per-agent token, and the
+    selftest cleanup only for a caller allowed the selftest agent. Plus `nosniff` on every answer."""
+    access = request_access(request)
+    if request.path == "/metrics" and access.agent is not None:
+        access.require(None)
+    elif request.path == "/selftest/cleanup":
+        access.require(SELFTEST_AGENT)
+    response: web.StreamResponse = await handler(request)
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+def _agent_query(request: web.Request) -> str | None:
+    """`?agent=ID` of a GET route: one agent, checked by OpenClaw's rule (None: not given or empty)."""
+    values = request.query.getall("agent", [])
+    if len(values) > 1:
+        raise BadRequest("give agent= once")
+    value = values[0].strip() if values else ""
+    return agent_param(value, "agent") if value else None
+
+
+def _scope(request: web.Request) -> str | None:
+    """The one agent a GET route answers for (None: every agent, which the caller must be allowed)."""
+    access = request_access(request)
+    agent = _agent_query(request)
+    if agent is None and access.agent is not None:
+        agent = access.agent  # a per-agent token means its own agent
+    access.require(agent)
+    return agent
+
+
+async def health(request: web.Request) -> web.Response:
+    """Liveness and the store's state (503 while starting), from the daemon's snapshot."""
+    snap = daemon_of(request).snapshot()
+    if not snap.ready:
+        return json_answer({"status": snap.status}, status=503)
+    return json_answer({"status": snap.status, "store": "ok" if snap.store_up else "down",
+                        "watcher": snap.watcher_mode, "backlog_bytes": snap.backlog_bytes, "queue": snap.queue})
+
+
+async def status(request: web.Request) -> web.Response:
+    """The status JSON: every agent for a caller allowed all, else one agent's part (`?agent=ID`)."""
+    from veritas_watch.status import daemon_status, scope_status
+
+    agent = _scope(request)
+    full = await daemon_status(daemon_of(request))
+    return json_answer(full if agent is None else scope_status(full, agent))
+
+
+async def export(request: web.Request) -> web.StreamResponse:
+    """Stored points as JSON lines (`id`, `payload`), streamed page by page: one agent (`?agent=ID`), or
+    every agent for a caller allowed all."""
+    daemon = daemon_of(request)
+    assert daemon.rt is not None
+    sink = daemon.rt.sink
+    agent = _scope(request)
+    response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+    await response.prepare(request)
+    pages = sink.store.scroll(agent_id=agent)
+
+    def next_page(size: int = 256) -> list[str]:
+        lines = []
+        for point_id, payload, _ in pages:
+            lines.append(json.dumps({"id": point_id, "payload": payload}, ensure_ascii=False))
+            if len(lines) >= size:
+                break
+        return lines
+
+    while lines := await sink.in_read_thread(next_page):
+        await response.write(("\n".join(lines) + "\n").encode())
+    await response.write_eof()
+    return response
+
+
+async def metrics(request: web.Request) -> web.Response:
+    """GET /metrics: the Prometheus text exposition format (in-memory state only: it runs on the loop)."""
+    from prometheus_client import CONTENT_TYPE_LATEST
+
+    return web.Response(body=daemon_of(request).metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def make_app(daemon: Daemon) -> web.Application:
+    tokens = Tokens(daemon.config.http, daemon.local_token)
+    guard = make_guard(daemon.config.http, tokens, lambda: daemon.http_port)
+    app = web.Application(middlewares=[errors_middleware, guard, starting_middleware, policy_middleware],
+                          client_max_size=4 * 1024 * 1024)
+    app[DAEMON_KEY] = daemon
+    app.router.add_get("/health", health)
+    app.router.add_get("/status", status)
+    add_memory_routes(app, daemon)  # /search and the plugins' /memory/search, /memory/context, /memory/add
+    app.router.add_get("/export", export)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_post("/selftest/cleanup", cleanup_handler)  # deletes agent veritas-selftest's points only
+    return app
+
+
+async def start_http(daemon: Daemon) -> web.AppRunner:
+    """Bind the port (first thing at start-up: a taken port fails before anything else is opened). Until
+    `publish_http` the daemon answers 503 "daemon starting" and no client knows where it is."""
+    daemon.local_token = secrets.token_urlsafe(32)
+    runner = web.AppRunner(make_app(daemon), access_log=None)
+    await runner.setup()
+    http = daemon.config.http
+    site = web.TCPSite(runner, http.host, http.port, reuse_address=True)
+    try:
+        await site.start()
+    except OSError as exc:
+        log.error("http_bind_failed", host=http.host, port=http.port, error=str(exc))
+        await runner.cleanup()
+        raise PortTaken(f"cannot listen on {http.host}:{http.port}: {exc.strerror or exc}") from None
+    if not (http.token or http.agent_tokens) and not bound_to_loopback(runner.addresses):
+        await runner.cleanup()
+        raise StartupError(f"http.host {http.host!r} bound to a non-loopback address without a token")
+    host, port = runner.addresses[0][:2]
+    daemon.http_port = int(port)
+    log.info("http_listening", host=host, port=port)
+    return runner
+
+
+def publish_http(daemon: Daemon, runner: web.AppRunner) -> None:
+    """Tell clients where the ready daemon is: `daemon.json` (pid, host, port) and its local token (0600)."""
+    host, port = runner.addresses[0][:2]
+    data_dir = daemon.config.data_dir
+    write_local_token(data_dir, daemon.local_token)
+    # Where the CLI finds us (the port may be 0 = "any free one" in tests).
+    info = {"pid": os.getpid(), "host": host, "port": port}
+    path = data_dir / "daemon.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(info))
+    tmp.replace(path)
+
+
+def unpublish_http(daemon: Daemon) -> None:
+    import contextlib
+
+    for name in ("daemon.json", "http.token"):
+        with contextlib.suppress(OSError):
+            (daemon.config.data_dir / name).unlink()

@@ -1,0 +1,104 @@
+"""What every route shares: the app's daemon, JSON in (checked: UTF-8, depth, the caller's agent) and JSON
+out (UTF-8 as written), and the 400 a bad body gets. A leaf of the `http` package: routes import it,
+it imports no route."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from itertools import accumulate
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from aiohttp import web
+
+from veritas_watch.http.access import agent_param, request_access
+
+if TYPE_CHECKING:
+    from veritas_watch.daemon import Daemon
+
+log = structlog.get_logger()
+DAEMON_KEY = web.AppKey("daemon", object)
+MAX_JSON_DEPTH = 64  # request JSON nested deeper is refused (400) before it is parsed
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_NOT_BRACKET = str.maketrans("", "", "".join(chr(c) for c in range(128) if chr(c) not in "[]{}"))
+_DEPTH_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+_INLINE_PARSE_BYTES = 64 * 1024  # bigger bodies are checked and parsed off the event loop
+
+
+def json_answer(data: Any, status: int = 200) -> web.Response:
+    """A JSON answer in UTF-8 as written: Chinese and Japanese memories stay readable, not `\\uXXXX`."""
+    return web.json_response(data, status=status, dumps=_dumps_utf8)
+
+
+def _dumps_utf8(data: Any) -> str:
+    return json.dumps(data, ensure_ascii=False)
+
+
+class BadRequest(web.HTTPBadRequest):
+    def __init__(self, message: str) -> None:
+        super().__init__(text=json.dumps({"error": message}), content_type="application/json")
+
+
+def daemon_of(request: web.Request) -> Daemon:
+    return request.app[DAEMON_KEY]  # type: ignore[return-value]
+
+
+def json_depth(text: str, limit: int = MAX_JSON_DEPTH) -> int:
+    """How deep `text`'s brackets nest (outside strings), counted up to just past `limit`."""
+    brackets = _JSON_STRING.sub("", text).translate(_NOT_BRACKET)
+    deepest = 0
+    for depth in accumulate(_DEPTH_STEP.get(c, 0) for c in brackets):
+        if depth > deepest:
+            deepest = depth
+            if deepest > limit:
+                break
+    return deepest
+
+
+def parse_json_body(raw: bytes) -> Any:
+    """A request body as JSON: UTF-8, at most MAX_JSON_DEPTH deep; BadRequest (400) otherwise."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadRequest("body must be UTF-8 JSON") from None
+    if json_depth(text) > MAX_JSON_DEPTH:
+        log.warning("request_refused", reason="json_too_deep", limit=MAX_JSON_DEPTH, bytes=len(raw))
+        raise BadRequest(f"body nests deeper than {MAX_JSON_DEPTH} levels")
+    try:
+        return json.loads(text)
+    except RecursionError:  # brackets hidden from the count by a malformed string: still too deep
+        log.warning("request_refused", reason="json_too_deep", limit=MAX_JSON_DEPTH, bytes=len(raw))
+        raise BadRequest(f"body nests deeper than {MAX_JSON_DEPTH} levels") from None
+    except ValueError:
+        raise BadRequest("body must be a JSON object") from None
+
+
+async def json_body(request: web.Request) -> dict[str, Any]:
+    """The body as a JSON object. Its `agent_id`, when given, is checked by OpenClaw's rule (400 otherwise),
+    made canonical, and must be one the caller may use (403); a per-agent token's caller gets its agent."""
+    raw = await request.read()
+    body = parse_json_body(raw) if len(raw) <= _INLINE_PARSE_BYTES else await asyncio.to_thread(parse_json_body, raw)
+    if not isinstance(body, dict):
+        raise BadRequest("body must be a JSON object")
+    access = request_access(request)
+    if body.get("agent_id") is not None:
+        body["agent_id"] = agent_param(body["agent_id"])
+        access.require(body["agent_id"])
+    elif access.agent is not None:
+        body["agent_id"] = access.agent  # a per-agent token speaks for its agent (never a cross-agent search)
+    return body
+
+
+def field(body: dict[str, Any], name: str, kind: type, *, required: bool = True, default: Any = None) -> Any:
+    if name not in body or body[name] is None:
+        if required:
+            raise BadRequest(f"missing field: {name}")
+        return default
+    value = body[name]
+    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise BadRequest(f"field {name} must be an integer")
+    if kind is str and (not isinstance(value, str) or not value.strip()):
+        raise BadRequest(f"field {name} must be a non-empty string")
+    return value

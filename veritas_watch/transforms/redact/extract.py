@@ -1,0 +1,280 @@
+"""Extractors shared by the rules: from a regex match to the secret span, its name and service."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+import urllib.parse
+
+from veritas_watch.transforms.redact.base import (
+    _REFERENCE_RE,
+    _WORDLIKE_RE,
+    Rule,
+    Strength,
+    _char_classes,
+    _fake_compound,
+    _Hit,
+    _is_placeholder,
+    _is_wordish,
+    _plausible,
+    _symbol_password,
+    shannon_entropy,
+)
+from veritas_watch.transforms.redact.names import (
+    _GENERIC_KEY_NAMES,
+    _SERVICES,
+    _known_service_near,
+    _secret_word,
+    _service_before,
+    _service_of_target,
+    is_secret_name,
+    service_from_name,
+)
+
+# ---------------------------------------------------------------------------------------------
+# Extractors
+
+
+def _span_of(m: re.Match[str]) -> tuple[int, int]:
+    if "secret" in m.re.groupindex and m.group("secret") is not None:
+        return m.span("secret")
+    return m.span()
+
+
+def _extract_provider(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
+    start, end = _span_of(m)
+    value = text[start:end]
+    if rule.min_entropy and shannon_entropy(value) < rule.min_entropy:
+        return None
+    return _Hit(start, end)
+
+
+def _extract_context(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
+    start, end = _span_of(m)
+    value = text[start:end]
+    before = text[max(0, start - rule.context_window) : start].lower()
+    if not any(w in before for w in rule.context_words):
+        return None
+    if rule.min_entropy and shannon_entropy(value) < rule.min_entropy:
+        return None
+    # Random tokens mix classes; hashes, words and identifiers of the same length rarely do.
+    if not any(c.isdigit() for c in value) or _is_wordish(value):
+        return None
+    hexish = all(c in "0123456789abcdef" for c in value.lower())
+    if not hexish and _char_classes(value) < 3:
+        return None
+    return _Hit(start, end)
+
+
+def _quoted_value(m: re.Match[str]) -> tuple[int, int, bool] | None:
+    for group, quoted in (("qv", True), ("v", False)):
+        if group in m.re.groupindex and m.group(group) is not None:
+            s, e = m.span(group)
+            return s, e, quoted
+    return None
+
+
+_TRAIL = ".,;:)]}>\"'`?。，；：）】》"
+
+
+def _trim(text: str, start: int, end: int) -> tuple[int, int]:
+    while end > start and text[end - 1] in _TRAIL:
+        end -= 1
+    return start, end
+
+
+_WRAP_RE = re.compile(r"\r?\n")
+_QUERY_NEXT_RE = re.compile(r"&[A-Za-z_][A-Za-z0-9_.\-]*=")
+
+
+def _extract_assignment(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
+    groups = m.groupdict()
+    raw = groups.get("qv") if groups.get("qv") is not None else groups.get("v")
+    if raw is None or raw.startswith("***") or "…" in raw:
+        return None  # an OpenClaw mask (`KEY=***`, `sk-pro…HNzL`): found by the mask pass
+    name = m.group("name")
+    if not is_secret_name(name):
+        return None
+    if groups.get("op") == "," and not groups.get("nq"):
+        return None  # `f(token, "x")`: only a quoted name pairs with the next argument
+    if rule.name == "env_assignment" and name.lower() in _GENERIC_KEY_NAMES and not groups.get("nq"):
+        line_start = text.rfind("\n", 0, m.start()) + 1
+        before = text[line_start : m.start()].rstrip(" \t$")
+        if before and before[-1] not in "{[(,;-*#/|":
+            return None  # "here is the TokenMall key: ...": prose, which the cue rules read (and name)
+    qv = _quoted_value(m)
+    if qv is None:
+        return None
+    start, end, quoted = qv
+    if not quoted:
+        query = _QUERY_NEXT_RE.search(text, start, end)  # ?api_key=...&format=json
+        if query:
+            end = query.start()
+        start, end = _trim(text, start, end)
+    value = text[start:end]
+    last = re.split(r"[.:]", name)[-1]
+    env_style = last.isupper()  # DEEPSEEK_API_KEY: a deliberate variable, trusted more than code names
+    word = _secret_word(name)
+    strength: Strength
+    if word == "password":
+        strength = "password_env" if env_style else "password"
+    elif word == "key" and not env_style:
+        strength = "weak"
+    else:
+        strength = "token_env" if env_style else "token"
+    unwrapped = _WRAP_RE.sub("", value) if quoted else value
+    vouched = word == "password" or "secret" in name.lower()
+    if not _plausible(unwrapped, strength) and not (vouched and _symbol_password(unwrapped)):
+        return None
+    service = service_from_name(last, known_only=True) or _known_service_near(text, m.start(), window=60)
+    return _Hit(
+        start,
+        end,
+        # a bare `PASSWORD=` / `token:` is named as its cue would be ("password"), a variable as written
+        key_name=last.lower() if last.lower() in _GENERIC_KEY_NAMES else last,
+        service=service or service_from_name(last),
+        value=unwrapped if unwrapped != value else None,
+    )
+
+
+def _extract_cli_flag(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
+    qv = _quoted_value(m)
+    if qv is None:
+        return None
+    start, end, _quoted = qv
+    value = text[start:end]
+    flag = m.group("name").lower()
+    strength: Strength = "password" if "pass" in flag else "token"
+    if not _plausible(value, strength, quoted=False):
+        return None
+    return _Hit(start, end, key_name="--" + flag, service=_service_before(text, m.start()))
+
+
+def _extract_auth_header(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
+    start, end = m.span("secret")
+    value = text[start:end]
+    scheme = (m.group("scheme") or "").lower()
+    if scheme == "basic":
+        try:
+            decoded = base64.b64decode(value + "=" * (-len(value) % 4), validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError, ValueError):
+            decoded = ""
+        if ":" not in decoded and not _plausible(value, "token"):
+            return None
+        if len(value) < 8 or _is_placeholder(value):
+            return None
+    elif not _plausible(value, "token"):
+        return None
+    return _Hit(start, end, key_name="Authorization", service=_known_service_near(text, m.start()))
+
+
+def _extract_url_credentials(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
+    start, end = m.span("secret")
+    value = text[start:end]
+    user = m.group("user")
+    if len(value) < 3 or _is_placeholder(value) or _REFERENCE_RE.search(value):
+        return None
+    if value.lower() in ("pass", "pw", "passwd", "pwd") or (
+        user.lower() in ("user", "username") and value.lower() in ("pass", "password", "secret")
+    ):
+        return None
+    if re.match(r"\d{1,5}(?:[,/]|$)", value):
+        return None  # host:port lists ("https://a.com:123,b:456@..."), not a password
+    decoded = urllib.parse.unquote(value)
+    if _WORDLIKE_RE.fullmatch(decoded) and (len(decoded) <= 5 or " " in decoded or _fake_compound(decoded)):
+        return None  # documentation URLs: "github://org:repo@", "https://jo:a%20secret@"
+    scheme = m.group("scheme").lower().split("+")[0]
+    host = m.group("host")
+    service = _SERVICES.get(scheme) or _SERVICES.get(scheme.rstrip("s")) or host
+    # the span takes the user too (`deploy:Qo3j9V#98TAgdB6`): the vault keeps the password
+    return _Hit(m.start("user"), end, key_name=f"{user}@{host}", service=service, value=value)
+
+
+def _extract_curl_user(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
+    user = m.group("wuser") if m.group("wq") else (m.group("quser") or m.group("user") or "")
+    password = m.group("wpass") if m.group("wq") else (m.group("qpass") or m.group("pass") or "")
+    user, password = user.strip("\"'"), password.strip("\"'")
+    start, end = m.span("arg")
+    if m.group("pass") is not None and m.group("pass")[:1] not in "\"'":
+        end = start + len(text[start:end].rstrip(_TRAIL))
+        password = password.rstrip(_TRAIL)
+    if password:
+        if len(password) < 3 or _is_placeholder(password) or _REFERENCE_RE.search(password):
+            return None
+        if password.startswith("$") and not any(c.isdigit() for c in password):
+            return None  # `-u user:$TOKEN`
+    elif not _plausible(user, "token"):
+        return None  # `-u sk_test_...:` (an API key as the user, no password) must look like a key
+    return _Hit(start, end, key_name=f"{user or '-'} (curl -u)", service=_known_service_near(text, m.start()),
+                value=text[start:end])
+
+
+_OPEN_QUOTES = {"`": "`", '"': '"', "'": "'", "“": "”", "‘": "’", "「": "」", "『": "』"}
+
+
+_PROSE_SEP_RE = re.compile(r"(?i)\b(?:is|was|are|be|to)\b|[是为為\u4e00-\u9fff]")
+
+
+def _cue_value(m: re.Match[str], text: str) -> tuple[int, int, bool]:
+    """The value after a cue, and whether it was set off as a value in prose."""
+    start, end = m.span("value")
+    q = m.group("q") or ""
+    prose = bool(_PROSE_SEP_RE.search(m.group("sep")) or not m.group("cue").isascii() or q not in ("'", '"'))
+    quoted = False
+    if q:
+        close = _OPEN_QUOTES.get(q, q)
+        idx = text.find(close, start, end + 1) if close.isascii() else -1
+        if close.isascii() and idx >= 0:
+            end = idx
+            quoted = True
+        elif not close.isascii():
+            quoted = True
+    if not quoted:
+        start, end = _trim(text, start, end)
+    return start, end, quoted and prose
+
+
+_STRONG_KEY_QUALIFIERS = ("api", "access", "secret", "private", "auth", "app", "client", "bot", "license")
+
+
+_NEXT_LINE_ASSIGNMENT_RE = re.compile(r"[\w.\-\[\]]+[ \t]*(?:[:=]|$)")
+
+
+def _cue_crosses_into_assignment(m: re.Match[str], text: str, start: int) -> bool:
+    """`snowflake.password=` then a newline then `jdbc.snowflake.url=...`: the next line is the next
+    setting (the value was left empty), not the value."""
+    return "\n" in text[m.end("sep") : start] and _NEXT_LINE_ASSIGNMENT_RE.match(text, start) is not None
+
+
+def _extract_password_cue(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
+    start, end, quoted = _cue_value(m, text)
+    if _cue_crosses_into_assignment(m, text, start):
+        return None
+    value = text[start:end]
+    if not _plausible(value, "password", quoted=quoted) and not _symbol_password(value):
+        return None
+    service = _service_of_target(m.group("target")) or _service_before(text, m.start("cue"))
+    return _Hit(start, end, key_name=m.group("cue").lower(), service=service)
+
+
+def _extract_token_cue(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
+    start, end, quoted = _cue_value(m, text)
+    if _cue_crosses_into_assignment(m, text, start):
+        return None
+    value = text[start:end]
+    cue = m.group("cue").lower()
+    if "secret" in cue and _symbol_password(value):
+        service = _service_of_target(m.group("target")) or _service_before(text, m.start("cue"))
+        return _Hit(start, end, key_name=re.sub(r"[\s_-]+", " ", cue), service=service)
+    if not _plausible(value, "token", quoted=quoted):
+        return None  # (the weakest test first: naming the service costs more)
+    service = _service_of_target(m.group("target")) or _service_before(text, m.start("cue"))
+    bare_key = re.fullmatch(r"keys?", cue) is not None
+    qualified = any(cue.startswith(q) for q in _STRONG_KEY_QUALIFIERS) or service is not None
+    strength: Strength = "weak" if bare_key and not qualified else "token"
+    if not _plausible(value, strength, quoted=quoted):
+        return None
+    return _Hit(start, end, key_name=re.sub(r"[\s_-]+", " ", cue), service=service)
+
+

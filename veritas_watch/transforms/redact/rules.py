@@ -1,0 +1,1335 @@
+"""The rule table: provider formats, formats named by nearby words, and the generic chat forms."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import itertools
+import re
+
+from veritas_watch.transforms.redact.base import (
+    _DATE_RE,
+    _PATH_RE,
+    _REFERENCE_RE,
+    _UUID_RE,
+    Extractor,
+    Rule,
+    RuleKind,
+    Strength,
+    _char_classes,
+    _has_letter_and_digit,
+    _Hit,
+    _is_placeholder,
+    _is_wordish,
+    _plausible,
+    shannon_entropy,
+)
+from veritas_watch.transforms.redact.extract import (
+    _extract_assignment,
+    _extract_auth_header,
+    _extract_cli_flag,
+    _extract_context,
+    _extract_curl_user,
+    _extract_password_cue,
+    _extract_provider,
+    _extract_token_cue,
+    _extract_url_credentials,
+    _trim,
+)
+from veritas_watch.transforms.redact.names import _known_service_near, _service_before, is_secret_name
+
+# ---------------------------------------------------------------------------------------------
+# Rule table
+
+_L = r"(?<![A-Za-z0-9_\-])"  # left boundary: ASCII only, so CJK text may touch the key
+_R = r"(?![A-Za-z0-9_\-])"
+_B64L = r"(?<![A-Za-z0-9+/_\-])"  # `=` may precede: `KEY=base64...`
+_B64R = r"(?![A-Za-z0-9+/_\-])"
+
+
+def _p(
+    name: str,
+    service: str,
+    key_name: str,
+    regex: str,
+    keywords: tuple[str, ...],
+    *,
+    entropy: float = 2.5,
+    shared: bool = False,
+    flags: int = 0,
+) -> Rule:
+    return Rule(
+        name=name,
+        service=service,
+        key_name=key_name,
+        kind="provider",
+        pattern=re.compile(regex, re.ASCII | flags),
+        keywords=keywords,
+        extract=_extract_provider,
+        min_entropy=entropy,
+        shared_format=shared,
+    )
+
+
+def _c(
+    name: str,
+    service: str,
+    key_name: str,
+    regex: str,
+    context_words: tuple[str, ...],
+    *,
+    window: int = 100,
+    entropy: float = 3.0,
+) -> Rule:
+    return Rule(
+        name=name,
+        service=service,
+        key_name=key_name,
+        kind="context",
+        pattern=re.compile(regex, re.ASCII),
+        keywords=context_words,
+        extract=_extract_context,
+        min_entropy=entropy,
+        context_words=context_words,
+        context_window=window,
+    )
+
+
+def _g(
+    name: str,
+    regex: str,
+    keywords: tuple[str, ...],
+    extract: Extractor,
+    kind: RuleKind = "generic",
+    key_name: str | None = None,
+) -> Rule:
+    return Rule(
+        name=name,
+        service="Unknown",
+        key_name=key_name or name,
+        kind=kind,
+        pattern=re.compile(regex),
+        keywords=keywords,
+        extract=extract,
+    )
+
+
+def _pem_block(label: str, limit: int = 20000) -> str:
+    """A PEM block: BEGIN, a body that crosses no other `-----`, END; or, pasted without its END,
+    BEGIN and base64 lines (literal `\\n` too, as in JSON). The tempered body keeps the scan linear
+    when a text repeats BEGIN lines without bodies."""
+    body = r"(?:(?!-----)[\s\S]){20," + str(limit) + "}?"
+    truncated = r"\s*(?:\\n)?[A-Za-z0-9+/=]{40,}[A-Za-z0-9+/=\s\\]{0," + str(limit) + "}"
+    return f"-----BEGIN {label}-----(?:{body}-----END {label}-----|{truncated})"
+
+
+_PROVIDER_RULES: tuple[Rule, ...] = (
+    # --- AI model providers
+    _p(
+        "anthropic_api_key",
+        "Anthropic",
+        "ANTHROPIC_API_KEY",
+        _L + r"sk-ant-(?:api|admin|oat|ort|sid)\d{2}-[A-Za-z0-9_\-]{32,}" + _R,
+        ("sk-ant-",),
+    ),
+    _p(
+        "openai_project_key",
+        "OpenAI",
+        "OPENAI_API_KEY",
+        _L + r"sk-(?:proj|svcacct|admin|None)-[A-Za-z0-9_\-]{40,}" + _R,
+        ("sk-proj-", "sk-svcacct-", "sk-admin-", "sk-none-"),
+    ),
+    _p(
+        "openai_api_key",
+        "OpenAI",
+        "OPENAI_API_KEY",
+        _L + r"sk-[A-Za-z0-9]{20}T3BlbkFJ[A-Za-z0-9]{20}" + _R,
+        ("t3blbkfj",),
+    ),
+    _p("openrouter_api_key", "OpenRouter", "OPENROUTER_API_KEY", _L + r"sk-or-v1-[a-f0-9]{64}" + _R, ("sk-or-",)),
+    _p("deepseek_api_key", "DeepSeek", "DEEPSEEK_API_KEY", _L + r"sk-[a-f0-9]{32}" + _R, ("sk-",), shared=True),
+    _p(
+        "sk_api_key",
+        "OpenAI-compatible",
+        "API_KEY",
+        _L + r"sk-(?=[A-Za-z0-9]*[0-9])(?=[A-Za-z0-9]*[A-Za-z])[A-Za-z0-9]{32,100}" + _R,
+        ("sk-",),
+        entropy=3.2,
+        shared=True,
+    ),
+    _p("groq_api_key", "Groq", "GROQ_API_KEY", _L + r"gsk_[A-Za-z0-9]{52}" + _R, ("gsk_",)),
+    _p("xai_api_key", "xAI", "XAI_API_KEY", _L + r"xai-[A-Za-z0-9]{80}" + _R, ("xai-",)),
+    _p("google_api_key", "Google", "GOOGLE_API_KEY", _L + r"AIza[0-9A-Za-z_\-]{35}" + _R, ("aiza",), shared=True),
+    _p(
+        "google_oauth_client_secret",
+        "Google",
+        "GOOGLE_CLIENT_SECRET",
+        _L + r"GOCSPX-[A-Za-z0-9_\-]{28}" + _R,
+        ("gocspx-",),
+    ),
+    _p("google_oauth_token", "Google", "GOOGLE_ACCESS_TOKEN", _L + r"ya29\.[A-Za-z0-9_\-]{30,}" + _R, ("ya29.",)),
+    _p("google_oauth_refresh_token", "Google", "GOOGLE_REFRESH_TOKEN", _L + r"1//0[A-Za-z0-9_\-]{40,}" + _R, ("1//0",)),
+    _p(
+        "huggingface_token",
+        "Hugging Face",
+        "HF_TOKEN",
+        _L + r"(?:hf_|api_org_)[A-Za-z0-9]{34,40}" + _R,
+        ("hf_", "api_org_"),
+    ),
+    _p("replicate_api_token", "Replicate", "REPLICATE_API_TOKEN", _L + r"r8_[A-Za-z0-9]{37}" + _R, ("r8_",)),
+    _p("perplexity_api_key", "Perplexity", "PERPLEXITY_API_KEY", _L + r"pplx-[A-Za-z0-9]{48}" + _R, ("pplx-",)),
+    _p("tavily_api_key", "Tavily", "TAVILY_API_KEY", _L + r"tvly-(?:dev-|prod-)?[A-Za-z0-9]{32}" + _R, ("tvly-",)),
+    _p(
+        "langsmith_api_key",
+        "LangSmith",
+        "LANGSMITH_API_KEY",
+        _L + r"lsv2_(?:pt|sk)_[a-f0-9]{32}_[a-f0-9]{10}" + _R,
+        ("lsv2_",),
+    ),
+    _p("elevenlabs_api_key", "ElevenLabs", "ELEVENLABS_API_KEY", _L + r"sk_[a-f0-9]{48}" + _R, ("sk_",)),
+    _p(
+        "fireworks_api_key", "Fireworks AI", "FIREWORKS_API_KEY", _L + r"fw_[A-Za-z0-9]{24}" + _R, ("fw_",), entropy=3.0
+    ),
+    _p("firecrawl_api_key", "Firecrawl", "FIRECRAWL_API_KEY", _L + r"fc-[a-f0-9]{32}" + _R, ("fc-",)),
+    _p("zhipu_api_key", "Zhipu", "ZHIPUAI_API_KEY", _L + r"[a-f0-9]{32}\.[A-Za-z0-9]{16}" + _R, ()),
+    _p(
+        "baidu_qianfan_api_key",
+        "Baidu Qianfan",
+        "QIANFAN_API_KEY",
+        _L + r"bce-v3/ALTAK-[A-Za-z0-9]{21}/[a-f0-9]{40}" + _R,
+        ("bce-v3/",),
+    ),
+    # --- cloud
+    _p(
+        "aws_access_key_id",
+        "AWS",
+        "AWS_ACCESS_KEY_ID",
+        r"(?<![A-Z0-9])(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}(?![A-Z0-9])",
+        ("akia", "asia", "abia", "acca", "a3t"),
+    ),
+    _p(
+        "azure_storage_account_key",
+        "Azure",
+        "AZURE_STORAGE_KEY",
+        r"(?i:AccountKey)=(?P<secret>[A-Za-z0-9+/]{86}==)",
+        ("accountkey=",),
+    ),
+    _p(
+        "azure_ad_client_secret",
+        "Azure",
+        "AZURE_CLIENT_SECRET",
+        r"(?<![A-Za-z0-9_~.\-])[A-Za-z0-9_~.]{3}\dQ~[A-Za-z0-9_~.\-]{31,34}(?![A-Za-z0-9_~.\-])",
+        ("q~",),
+    ),
+    _p(
+        "azure_sas_token",
+        "Azure",
+        "AZURE_SAS_TOKEN",
+        r"[?&]sv=\d{4}-\d{2}-\d{2}[^\s\"'<>]{0,300}?[?&]sig=(?P<secret>[A-Za-z0-9%+/=]{30,})",
+        ("sig=",),
+    ),
+    _p(
+        "gcp_service_account_key",
+        "Google Cloud",
+        "GOOGLE_APPLICATION_CREDENTIALS",
+        r"\"private_key_id\"\s*:\s*\"(?P<secret>[a-f0-9]{40})\"",
+        ("private_key_id",),
+    ),
+    _p(
+        "alibaba_access_key_id",
+        "Alibaba Cloud",
+        "ALIBABA_CLOUD_ACCESS_KEY_ID",
+        _L + r"LTAI[A-Za-z0-9]{12,20}" + _R,
+        ("ltai",),
+    ),
+    _p("tencent_secret_id", "Tencent Cloud", "TENCENTCLOUD_SECRET_ID", _L + r"AKID[A-Za-z0-9]{32}" + _R, ("akid",)),
+    _p(
+        "digitalocean_token",
+        "DigitalOcean",
+        "DIGITALOCEAN_TOKEN",
+        _L + r"do[opr]_v1_[a-f0-9]{64}" + _R,
+        ("dop_v1_", "doo_v1_", "dor_v1_"),
+    ),
+    _p(
+        "cloudflare_origin_ca_key",
+        "Cloudflare",
+        "CLOUDFLARE_ORIGIN_CA_KEY",
+        _L + r"v1\.0-[a-f0-9]{24}-[a-f0-9]{146}" + _R,
+        ("v1.0-",),
+    ),
+    _p("heroku_api_key", "Heroku", "HEROKU_API_KEY", _L + r"HRKU-[A-Za-z0-9_\-]{60}" + _R, ("hrku-",)),
+    _p("supabase_access_token", "Supabase", "SUPABASE_ACCESS_TOKEN", _L + r"sbp_[a-f0-9]{40}" + _R, ("sbp_",)),
+    _p(
+        "supabase_secret_key",
+        "Supabase",
+        "SUPABASE_SECRET_KEY",
+        _L + r"sb_secret_[A-Za-z0-9_\-]{20,}" + _R,
+        ("sb_secret_",),
+    ),
+    _p("databricks_token", "Databricks", "DATABRICKS_TOKEN", _L + r"dapi[a-f0-9]{32}(?:-\d)?" + _R, ("dapi",)),
+    _p(
+        "firebase_fcm_server_key",
+        "Firebase",
+        "FCM_SERVER_KEY",
+        _L + r"AAAA[A-Za-z0-9_\-]{7}:APA91b[A-Za-z0-9_\-]{100,}" + _R,
+        ("apa91b",),
+    ),
+    _p(
+        "hashicorp_vault_token",
+        "HashiCorp Vault",
+        "VAULT_TOKEN",
+        _L + r"hv[sb]\.[A-Za-z0-9_\-]{24,}" + _R,
+        ("hvs.", "hvb."),
+    ),
+    _p(
+        "terraform_cloud_token",
+        "Terraform Cloud",
+        "TFE_TOKEN",
+        _L + r"[A-Za-z0-9]{14}\.atlasv1\.[A-Za-z0-9_=\-]{60,70}" + _R,
+        ("atlasv1",),
+    ),
+    _p(
+        "doppler_token",
+        "Doppler",
+        "DOPPLER_TOKEN",
+        # service tokens may name their environment: `dp.st.<config>.<40-44>`
+        _L + r"dp\.(?:pt|st|sa|ct|scim|audit)\.(?:[a-z0-9_\-]{2,35}\.)?[A-Za-z0-9]{40,44}" + _R,
+        ("dp.",),
+    ),
+    _p("pulumi_access_token", "Pulumi", "PULUMI_ACCESS_TOKEN", _L + r"pul-[a-f0-9]{40}" + _R, ("pul-",)),
+    _p(
+        "vercel_token",
+        "Vercel",
+        "VERCEL_TOKEN",
+        _L + r"vc[pkiar]_[A-Za-z0-9]{24,60}" + _R,
+        ("vcp_", "vck_", "vci_", "vca_", "vcr_"),
+        entropy=3.0,
+    ),
+    _p("netlify_token", "Netlify", "NETLIFY_AUTH_TOKEN", _L + r"nfp_[A-Za-z0-9]{36}" + _R, ("nfp_",)),
+    # --- code hosting, packages, CI
+    _p("github_personal_access_token", "GitHub", "GITHUB_TOKEN", _L + r"ghp_[A-Za-z0-9]{36}" + _R, ("ghp_",)),
+    _p("github_oauth_token", "GitHub", "GITHUB_OAUTH_TOKEN", _L + r"gho_[A-Za-z0-9]{36}" + _R, ("gho_",)),
+    _p("github_user_to_server_token", "GitHub", "GITHUB_TOKEN", _L + r"ghu_[A-Za-z0-9]{36}" + _R, ("ghu_",)),
+    _p("github_server_to_server_token", "GitHub", "GITHUB_TOKEN", _L + r"ghs_[A-Za-z0-9]{36}" + _R, ("ghs_",)),
+    _p("github_refresh_token", "GitHub", "GITHUB_REFRESH_TOKEN", _L + r"ghr_[A-Za-z0-9]{36,76}" + _R, ("ghr_",)),
+    _p(
+        "github_fine_grained_pat",
+        "GitHub",
+        "GITHUB_TOKEN",
+        _L + r"github_pat_[A-Za-z0-9]{22}_[A-Za-z0-9]{59}" + _R,
+        ("github_pat_",),
+    ),
+    _p(
+        "gitlab_token",
+        "GitLab",
+        "GITLAB_TOKEN",
+        _L + r"(?:gl(?:pat|dt|rt|ptt|cbt|oas|soat|ffct|imt|agent|ft)-[A-Za-z0-9_\-.]{20,}|GR1348941[\w\-]{20})" + _R,
+        ("glpat-", "gldt-", "glrt-", "glptt-", "glcbt-", "gloas-", "glsoat-", "glffct-", "glimt-", "glagent-", "glft-",
+         "gr1348941"),
+    ),
+    _p("npm_token", "npm", "NPM_TOKEN", _L + r"npm_[A-Za-z0-9]{36}" + _R, ("npm_",)),
+    _p("pypi_token", "PyPI", "PYPI_TOKEN", _L + r"pypi-AgE[A-Za-z0-9_\-]{60,}" + _R, ("pypi-age",)),
+    _p(
+        "dockerhub_token",
+        "Docker Hub",
+        "DOCKERHUB_TOKEN",
+        _L + r"dckr_(?:pat|oat)_[A-Za-z0-9_\-]{27,}" + _R,
+        ("dckr_",),
+    ),
+    _p(
+        "atlassian_api_token",
+        "Atlassian",
+        "ATLASSIAN_API_TOKEN",
+        _L + r"AT[AC]TT3[A-Za-z0-9_=\-]{100,}" + _R,
+        ("atatt3", "atctt3"),
+    ),
+    _p(
+        "linear_api_key",
+        "Linear",
+        "LINEAR_API_KEY",
+        _L + r"lin_(?:api|oauth)_[A-Za-z0-9]{40}" + _R,
+        ("lin_api_", "lin_oauth_"),
+    ),
+    _p(
+        "notion_token",
+        "Notion",
+        "NOTION_TOKEN",
+        _L + r"(?:secret_[A-Za-z0-9]{43}|ntn_[A-Za-z0-9]{46})" + _R,
+        ("secret_", "ntn_"),
+        entropy=3.5,
+    ),
+    _p(
+        "sentry_token",
+        "Sentry",
+        "SENTRY_AUTH_TOKEN",
+        _L + r"(?:sntrys_eyJ[A-Za-z0-9_+/=\-]{40,}|sntryu_[a-f0-9]{64})" + _R,
+        ("sntrys_", "sntryu_"),
+    ),
+    _p("postman_api_key", "Postman", "POSTMAN_API_KEY", _L + r"PMAK-[a-f0-9]{24}-[a-f0-9]{34}" + _R, ("pmak-",)),
+    _p(
+        "grafana_token",
+        "Grafana",
+        "GRAFANA_TOKEN",
+        _L + r"(?:glsa_[A-Za-z0-9]{32}_[a-f0-9]{8}|glc_[A-Za-z0-9+/]{32,}={0,2})" + _R,
+        ("glsa_", "glc_"),
+    ),
+    _p(
+        "newrelic_api_key",
+        "New Relic",
+        "NEW_RELIC_API_KEY",
+        _L + r"(?:NR(?:AK|AA|RA|IQ|IK)-[A-Za-z0-9]{27}|NRJS-[a-f0-9]{19}|NRII-[A-Za-z0-9_\-]{32})" + _R,
+        ("nrak-", "nraa-", "nrra-", "nriq-", "nrik-", "nrjs-", "nrii-"),
+    ),
+    _p("figma_token", "Figma", "FIGMA_TOKEN", _L + r"figd_[A-Za-z0-9_\-]{40}" + _R, ("figd_",)),
+    _p("airtable_token", "Airtable", "AIRTABLE_TOKEN", _L + r"pat[A-Za-z0-9]{14}\.[a-f0-9]{64}" + _R, ("pat",)),
+    # --- messaging, email
+    _p(
+        "slack_token",
+        "Slack",
+        "SLACK_TOKEN",
+        _L + r"(?:xoxe\.)?xox[abposre]-(?:\d+-)?[A-Za-z0-9\-]{8,}" + _R,
+        ("xox",),
+        entropy=2.8,  # legacy workspace tokens are mostly digits: `xoxa-2-<id>-<id>-<id>-<hex>`
+    ),
+    _p("slack_app_token", "Slack", "SLACK_APP_TOKEN", _L + r"xapp-\d-[A-Z0-9]+-\d+-[a-z0-9]+" + _R, ("xapp-",)),
+    _p(
+        "slack_webhook_url",
+        "Slack",
+        "SLACK_WEBHOOK_URL",
+        r"(?:https?://)?hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9+/_\-]{20,}",
+        ("hooks.slack.com",),
+    ),
+    _p(
+        "telegram_bot_token",
+        "Telegram",
+        "TELEGRAM_BOT_TOKEN",
+        r"(?<![0-9A-Za-z])(?:[0-9]{8,10}:[A-Za-z0-9_\-]{35}|[0-9]{5,16}:A[A-Za-z0-9_\-]{32,34})" + _R,
+        (),
+        entropy=3.5,
+    ),
+    _p(
+        "discord_bot_token",
+        "Discord",
+        "DISCORD_BOT_TOKEN",
+        _L + r"[MNO][A-Za-z0-9_\-]{23,25}\.[A-Za-z0-9_\-]{6}\.[A-Za-z0-9_\-]{27,38}" + _R,
+        (),
+        entropy=3.5,
+    ),
+    _p(
+        "discord_webhook_url",
+        "Discord",
+        "DISCORD_WEBHOOK_URL",
+        r"(?:https?://)?(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks/\d{16,20}/[A-Za-z0-9_\-]{60,68}",
+        ("discord",),
+    ),
+    _p("twilio_api_key", "Twilio", "TWILIO_API_KEY", r"(?<![A-Za-z0-9])SK[0-9a-fA-F]{32}(?![A-Za-z0-9])", ("sk",)),
+    _p(
+        "sendgrid_api_key",
+        "SendGrid",
+        "SENDGRID_API_KEY",
+        _L + r"SG\.[A-Za-z0-9_\-]{22}\.[A-Za-z0-9_\-]{43}" + _R,
+        ("sg.",),
+    ),
+    _p(
+        "mailgun_api_key",
+        "Mailgun",
+        "MAILGUN_API_KEY",
+        _L + r"(?:key-[0-9a-f]{32}|pubkey-[0-9a-f]{32}|[0-9a-h]{32}-[0-9a-h]{8}-[0-9a-h]{8})" + _R,
+        (),  # the newer format has no fixed part to filter on
+    ),
+    _p("mailchimp_api_key", "Mailchimp", "MAILCHIMP_API_KEY", _L + r"[a-f0-9]{32}-us[0-9]{1,2}" + _R, ("-us",)),
+    _p("resend_api_key", "Resend", "RESEND_API_KEY", _L + r"re_[A-Za-z0-9]{8}_[A-Za-z0-9]{24}" + _R, ("re_",)),
+    # --- payments, commerce
+    _p(
+        "stripe_secret_key",
+        "Stripe",
+        "STRIPE_SECRET_KEY",
+        _L + r"sk_(?:live|test|prod)_[A-Za-z0-9]{10,99}" + _R,
+        ("sk_live_", "sk_test_", "sk_prod_"),
+    ),
+    _p(
+        "stripe_restricted_key",
+        "Stripe",
+        "STRIPE_RESTRICTED_KEY",
+        _L + r"rk_(?:live|test|prod)_[A-Za-z0-9]{10,99}" + _R,
+        ("rk_live_", "rk_test_", "rk_prod_"),
+    ),
+    _p("stripe_webhook_secret", "Stripe", "STRIPE_WEBHOOK_SECRET", _L + r"whsec_[A-Za-z0-9+/=]{32,}" + _R, ("whsec_",)),
+    _p(
+        "shopify_token",
+        "Shopify",
+        "SHOPIFY_ACCESS_TOKEN",
+        _L + r"shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}" + _R,
+        ("shpat_", "shpca_", "shppa_", "shpss_"),
+    ),
+    _p(
+        "square_token",
+        "Square",
+        "SQUARE_ACCESS_TOKEN",
+        _L + r"(?:EAAA[A-Za-z0-9_\-]{60}|sq0atp-[A-Za-z0-9_\-]{22})" + _R,
+        ("eaaa", "sq0atp-"),
+        entropy=3.0,
+    ),
+    _p("square_oauth_secret", "Square", "SQUARE_OAUTH_SECRET", _L + r"sq0csp-[A-Za-z0-9_\-]{43}" + _R, ("sq0csp-",)),
+    _p(
+        "braintree_token",
+        "PayPal/Braintree",
+        "BRAINTREE_ACCESS_TOKEN",
+        # the fixed "access_token$" is left in place: it is a common word, not part of the secret
+        r"access_token\$(?P<secret>(?:production|sandbox)\$[a-z0-9]{16}\$[a-f0-9]{32})",
+        ("access_token$",),
+    ),
+    # --- generic formats
+    _p(
+        "jwt",
+        "JWT",
+        "JWT",
+        _L + r"ey[A-Za-z0-9_\-]{8,}\.ey(?:[A-Za-z0-9_\-/+]|\\(?![nrt\"]))" + "{8,}"
+        + r"\.(?:(?:[A-Za-z0-9_\-/+]|\\(?![nrt\"])){8,}=*" + _R + r"|(?![A-Za-z0-9_\-]))",
+        ("ey",),
+        entropy=3.0,
+    ),
+    _p(
+        "django_secret_key",
+        "Django",
+        "DJANGO_SECRET_KEY",
+        # `startproject` writes `django-insecure-` + 50 of get_random_secret_key()'s alphabet
+        r"(?<![\w\-])django-insecure-[a-z0-9!@#$%^&*(\-_=+)]{40,60}(?![a-z0-9!@#$%^&*(\-_=+)])",
+        ("django-insecure-",),
+        entropy=3.5,
+    ),
+    _p(
+        "mapbox_secret_token",
+        "Mapbox",
+        "MAPBOX_SECRET_TOKEN",
+        _L + r"sk\.eyJ[A-Za-z0-9_\-]{50,}\.[A-Za-z0-9_\-]{20,}" + _R,
+        ("sk.eyj",),
+    ),
+    _p("dropbox_token", "Dropbox", "DROPBOX_TOKEN", _L + r"sl\.(?:u\.)?[A-Za-z0-9_\-]{130,}" + _R, ("sl.",)),
+    _p(
+        "age_secret_key",
+        "age",
+        "AGE_SECRET_KEY",
+        r"AGE-(?:PLUGIN-[A-Z0-9]{1,32}-|SECRET-KEY-)1[QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L]{40,80}",
+        ("age-secret-key-1",),
+    ),
+    _p(
+        "openssh_private_key",
+        "SSH",
+        "SSH_PRIVATE_KEY",
+        _pem_block("OPENSSH PRIVATE KEY"),
+        ("-----begin openssh private key",),
+    ),
+    _p(
+        "pgp_private_key",
+        "PGP",
+        "PGP_PRIVATE_KEY",
+        _pem_block("PGP PRIVATE KEY BLOCK", limit=40000),
+        ("-----begin pgp private key",),
+    ),
+    _p(
+        "private_key",
+        "PEM",
+        "PRIVATE_KEY",
+        _pem_block("(?:[A-Z0-9_]{1,40} ){0,5}PRIVATE KEY(?: BLOCK)?"),
+        ("private key",),
+        entropy=3.5,
+    ),
+    _p(
+        "putty_private_key",
+        "SSH",
+        "PUTTY_PRIVATE_KEY",
+        r"PuTTY-User-Key-File-[23]:(?:(?!PuTTY-User-Key-File)[\s\S]){10,10000}?Private-MAC: ?[a-f0-9]{40,64}",
+        ("putty-user-key-file",),
+    ),
+)
+
+# Formats of the public scanners' rule sets (gitleaks, Nosey Parker) written from the providers'
+# published token formats: a fixed prefix or shape, so no name or cue is needed.
+_MORE_PROVIDER_RULES: tuple[Rule, ...] = (
+    _p(
+        "onepassword_secret_key",
+        "1Password",
+        "OP_SECRET_KEY",
+        _L + r"A3-[A-Z0-9]{6}-(?:[A-Z0-9]{11}|[A-Z0-9]{6}-[A-Z0-9]{5})-[A-Z0-9]{5}-[A-Z0-9]{5}-[A-Z0-9]{5}" + _R,
+        ("a3-",),
+    ),
+    _p(
+        "onepassword_service_account_token",
+        "1Password",
+        "OP_SERVICE_ACCOUNT_TOKEN",
+        _B64L + r"ops_eyJ[A-Za-z0-9+/]{100,}={0,3}" + _B64R,
+        ("ops_eyj",),
+    ),
+    _p("adobe_client_secret", "Adobe", "ADOBE_CLIENT_SECRET", _L + r"p8e-[A-Za-z0-9]{32}" + _R, ("p8e-",)),
+    _p("artifactory_api_key", "JFrog", "ARTIFACTORY_API_KEY", _L + r"AKCp[A-Za-z0-9]{69}" + _R, ("akcp",)),
+    _p(
+        "artifactory_reference_token",
+        "JFrog",
+        "ARTIFACTORY_TOKEN",
+        _L + r"cmVmd[A-Za-z0-9]{59}" + _R,
+        ("cmvmd",),
+        entropy=3.5,
+    ),
+    _p(
+        "authress_access_key",
+        "Authress",
+        "AUTHRESS_KEY",
+        _L + r"(?:sc|ext|scauth|authress)_[A-Za-z0-9]{5,30}\.[A-Za-z0-9]{4,6}\.acc[_\-][A-Za-z0-9\-]{10,32}"
+        r"\.[A-Za-z0-9+/_=\-]{30,120}" + _R,
+        (".acc_", ".acc-"),
+    ),
+    _p(
+        "aws_bedrock_api_key",
+        "AWS",
+        "AWS_BEARER_TOKEN_BEDROCK",
+        _B64L + r"(?:ABSK[A-Za-z0-9+/]{109,269}={0,2}|bedrock-api-key-YmVkcm9jay5hbWF6b25hd3MuY29t[A-Za-z0-9+/=%&.\-]*)"
+        + _B64R,
+        ("absk", "bedrock-api-key-"),
+    ),
+    _p("clickhouse_api_secret", "ClickHouse", "CLICKHOUSE_SECRET", _L + r"4b1d[A-Za-z0-9]{38}" + _R, ("4b1d",),
+       entropy=3.5),
+    _p("clojars_token", "Clojars", "CLOJARS_TOKEN", _L + r"CLOJARS_[A-Za-z0-9]{60}" + _R, ("clojars_",)),
+    _p(
+        "defined_networking_token",
+        "Defined Networking",
+        "DN_API_KEY",
+        _L + r"dnkey-[A-Za-z0-9=_\-]{26}-[A-Za-z0-9=_\-]{52}" + _R,
+        ("dnkey-",),
+    ),
+    _p("duffel_token", "Duffel", "DUFFEL_TOKEN", _L + r"duffel_(?:test|live)_[A-Za-z0-9_\-=]{43}" + _R, ("duffel_",)),
+    _p(
+        "dynatrace_token",
+        "Dynatrace",
+        "DT_API_TOKEN",
+        _L + r"dt0[a-z]\d{2}\.[A-Za-z0-9]{24}\.[A-Za-z0-9]{64}" + _R,
+        ("dt0",),
+    ),
+    _p("easypost_token", "EasyPost", "EASYPOST_API_KEY", _L + r"EZ[AT]K[A-Za-z0-9]{54}" + _R, ("ezak", "eztk")),
+    _p(
+        "facebook_access_token",
+        "Facebook",
+        "FACEBOOK_ACCESS_TOKEN",
+        _L + r"(?:EAA[A-Za-z0-9]{100,}|\d{15,16}(?:\||%7[Cc]|%)[0-9A-Za-z_\-]{27,40})" + _R,
+        ("eaa", "|", "%"),
+        entropy=3.0,
+    ),
+    _p(
+        "flutterwave_key",
+        "Flutterwave",
+        "FLUTTERWAVE_SECRET_KEY",
+        _L + r"FLW(?:SECK|PUBK)(?:_TEST)?-(?:[a-hA-H0-9]{32}-X|[a-hA-H0-9]{12})" + _R,
+        ("flwseck", "flwpubk"),
+    ),
+    _p(
+        "flyio_token",
+        "Fly.io",
+        "FLY_API_TOKEN",
+        _B64L + r"(?:fo1_[\w\-]{43}|fm1[ar]_[A-Za-z0-9+/]{100,}={0,3}|fm2_[A-Za-z0-9+/]{100,}={0,3})" + _B64R,
+        ("fo1_", "fm1a_", "fm1r_", "fm2_"),
+    ),
+    _p("frameio_token", "Frame.io", "FRAMEIO_TOKEN", _L + r"fio-u-[A-Za-z0-9\-_=]{64}" + _R, ("fio-u-",)),
+    _p(
+        "freemius_secret_key",
+        "Freemius",
+        "FREEMIUS_SECRET_KEY",
+        r"(?<![A-Za-z0-9_\-])sk_(?:(?![\"'`])[!-~]){29}(?![!-~](?<![\"'`,;)=:.]))",
+        ("sk_",),
+        entropy=3.5,
+    ),
+    _p(
+        "gitlab_cookie",
+        "GitLab",
+        "GITLAB_SESSION",
+        r"_gitlab_session=[0-9a-z]{32}" + _R,
+        ("_gitlab_session=",),
+    ),
+    _p(
+        "lob_api_key",
+        "Lob",
+        "LOB_API_KEY",
+        _L + r"(?:live|test)_(?:pub_)?[a-f0-9]{31,35}" + _R,
+        ("live_", "test_"),
+        entropy=3.0,
+    ),
+    _p("gocardless_token", "GoCardless", "GOCARDLESS_TOKEN", _L + r"live_[A-Za-z0-9\-_=]{40}" + _R, ("live_",),
+       entropy=3.5),
+    _p("grafana_api_key", "Grafana", "GRAFANA_API_KEY", _L + r"eyJrIjoi[A-Za-z0-9]{70,400}={0,3}" + _R, ("eyjrijoi",)),
+    _p(
+        "harness_token",
+        "Harness",
+        "HARNESS_API_KEY",
+        _L + r"(?:pat|sat)\.[A-Za-z0-9_\-]{22}\.[A-Za-z0-9]{24}\.[A-Za-z0-9]{20}" + _R,
+        ("pat.", "sat."),
+    ),
+    _p("infracost_token", "Infracost", "INFRACOST_API_KEY", _L + r"ico-[A-Za-z0-9]{32}" + _R, ("ico-",)),
+    _p("intra42_secret", "42", "INTRA42_CLIENT_SECRET", _L + r"s-s4t2(?:ud|af)-[a-f0-9]{64}" + _R, ("s-s4t2",)),
+    _p("mapbox_token", "Mapbox", "MAPBOX_TOKEN", _L + r"pk\.[A-Za-z0-9_\-]{60,}\.[A-Za-z0-9_\-]{22}" + _R, ("pk.",)),
+    _p("maxmind_license_key", "MaxMind", "MAXMIND_LICENSE_KEY", _L + r"[A-Za-z0-9]{6}_[A-Za-z0-9]{29}_mmk" + _R,
+       ("_mmk",)),
+    _p("octopus_api_key", "Octopus Deploy", "OCTOPUS_API_KEY", _L + r"API-[A-Z0-9]{26}" + _R, ("api-",), entropy=3.0),
+    _p("openshift_token", "OpenShift", "OPENSHIFT_TOKEN", _L + r"sha256~[\w\-]{43}" + _R, ("sha256~",)),
+    _p(
+        "planetscale_token",
+        "PlanetScale",
+        "PLANETSCALE_TOKEN",
+        _L + r"pscale_(?:tkn|oauth|pw)_[\w=.\-]{32,64}" + _R,
+        ("pscale_",),
+    ),
+    _p(
+        "plaid_access_token",
+        "Plaid",
+        "PLAID_ACCESS_TOKEN",
+        _L + r"access-(?:sandbox|development|production)-[0-9a-f]{8}-(?:[0-9a-f]{4}-){3}[0-9a-f]{12}" + _R,
+        ("access-sandbox-", "access-development-", "access-production-"),
+    ),
+    _p("prefect_token", "Prefect", "PREFECT_API_KEY", _L + r"pnu_[A-Za-z0-9]{36}" + _R, ("pnu_",)),
+    _p("readme_token", "ReadMe", "README_API_KEY", _L + r"rdme_[a-z0-9]{70}" + _R, ("rdme_",)),
+    _p("rubygems_token", "RubyGems", "GEM_HOST_API_KEY", _L + r"rubygems_[a-f0-9]{48}" + _R, ("rubygems_",)),
+    _p("scalingo_token", "Scalingo", "SCALINGO_API_TOKEN", _L + r"tk-us-[\w\-]{48}" + _R, ("tk-us-",)),
+    _p(
+        "sendinblue_api_key",
+        "Brevo",
+        "BREVO_API_KEY",
+        _L + r"x(?:keysib|smtpsib)-[a-f0-9]{64}-[A-Za-z0-9]{16}" + _R,
+        ("xkeysib-", "xsmtpsib-"),
+    ),
+    _p("settlemint_token", "SettleMint", "SETTLEMINT_TOKEN", _L + r"sm_(?:aat|pat|sat)_[A-Za-z0-9]{16}" + _R,
+       ("sm_aat_", "sm_pat_", "sm_sat_")),
+    _p("shippo_token", "Shippo", "SHIPPO_API_TOKEN", _L + r"shippo_(?:live|test)_[a-fA-F0-9]{40}" + _R, ("shippo_",)),
+    _p(
+        "sidekiq_secret",
+        "Sidekiq",
+        "BUNDLE_ENTERPRISE__CONTRIBSYS__COM",
+        r"(?i:BUNDLE_(?:ENTERPRISE|GEMS)__CONTRIBSYS__COM)[\"']?[ \t]*(?::=|=|:)[ \t]*[\"']?"
+        r"(?P<secret>[a-f0-9]{8}:[a-f0-9]{8})" + _R,
+        ("contribsys",),
+    ),
+    _p(
+        "sourcegraph_token",
+        "Sourcegraph",
+        "SRC_ACCESS_TOKEN",
+        _L + r"sgp_(?:(?:[a-fA-F0-9]{16}|local)_)?[a-fA-F0-9]{40}" + _R,
+        ("sgp_",),
+    ),
+    _p(
+        "teams_webhook_url",
+        "Microsoft Teams",
+        "TEAMS_WEBHOOK_URL",
+        # the current form (`<tenant>.webhook.office.com/webhookb2/`) and the older `outlook.office.com/webhook/`
+        r"(?i)(?:https://)?(?:[a-z0-9\-]+\.webhook\.office\.com/webhookb2|outlook\.office(?:365)?\.com/webhook)/"
+        r"[a-z0-9\-]{36}@[a-z0-9\-]{36}/IncomingWebhook/[a-z0-9]{32}/[a-z0-9\-]{36}(?:/[A-Za-z0-9_\-]{10,})?",
+        ("webhook.office.com", "outlook.office"),
+    ),
+    _p(
+        "twitter_bearer_token",
+        "Twitter",
+        "TWITTER_BEARER_TOKEN",
+        _L + r"A{22}[A-Za-z0-9%]{80,100}" + _R,
+        ("aaaaaaaaaaaaaaaaaaaaaa",),
+    ),
+    _p("typeform_token", "Typeform", "TYPEFORM_TOKEN", _L + r"tfp_[A-Za-z0-9\-_.=]{59}" + _R, ("tfp_",)),
+    _p(
+        "yandex_token",
+        "Yandex",
+        "YANDEX_TOKEN",
+        _L + r"(?:t1\.[A-Za-z0-9_\-]+=*\.[A-Za-z0-9_\-]{86}=*|AQVN[A-Za-z0-9_\-]{35,38}|YC[A-Za-z0-9_\-]{38})" + _R,
+        ("t1.", "aqvn", "yc"),
+        entropy=3.5,
+    ),
+    _p("adafruit_io_key", "Adafruit IO", "ADAFRUIT_IO_KEY", _L + r"aio_[A-Za-z0-9]{28}" + _R, ("aio_",), entropy=3.0),
+    _p(
+        "aws_session_token",
+        "AWS",
+        "AWS_SESSION_TOKEN",
+        _B64L + r"(?:FwoGZXIvYXdz|IQoJb3JpZ2lu)[A-Za-z0-9+/]{100,}={0,2}" + _B64R,
+        ("fwogzxivyxdz", "iqojb3jpz2lu"),
+    ),
+    _p(
+        "amazon_mws_token",
+        "AWS",
+        "MWS_AUTH_TOKEN",
+        _L + r"amzn\.mws\.[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}" + _R,
+        ("amzn.mws.",),
+    ),
+    _p("bitbucket_app_password", "Bitbucket", "BITBUCKET_APP_PASSWORD", _L + r"ATBB[A-Za-z0-9_=.\-]{28,}" + _R,
+       ("atbb",), entropy=3.0),
+    _p("crates_io_token", "crates.io", "CARGO_REGISTRY_TOKEN", _L + r"cio[A-Za-z0-9]{32}" + _R, ("cio",),
+       entropy=3.5),
+    _p("dependency_track_key", "Dependency-Track", "DTRACK_API_KEY", _L + r"odt_[A-Za-z0-9]{32,}" + _R, ("odt_",),
+       entropy=3.0),
+    _p("jina_api_key", "Jina", "JINA_API_KEY", _L + r"jina_[a-f0-9]{32}[A-Za-z0-9_\-]{28}" + _R, ("jina_",)),
+    _p("mapbox_temporary_token", "Mapbox", "MAPBOX_TOKEN", _L + r"tk\.eyJ[A-Za-z0-9_\-]{50,}\.[A-Za-z0-9_\-]{20,}" + _R,
+       ("tk.eyj",)),
+    _p(
+        "newrelic_pixie_key",
+        "New Relic",
+        "PIXIE_API_KEY",
+        _L + r"px-(?:api|dep)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}" + _R,
+        ("px-api-", "px-dep-"),
+    ),
+    _p("nuget_api_key", "NuGet", "NUGET_API_KEY", _L + r"oy2[a-z0-9]{43}" + _R, ("oy2",), entropy=3.5),
+    _p(
+        "salesforce_access_token",
+        "Salesforce",
+        "SALESFORCE_ACCESS_TOKEN",
+        _L + r"00[A-Za-z0-9]{13}![A-Za-z0-9._]{80,}" + _R,
+        ("!",),
+        entropy=3.5,
+    ),
+    _p("segment_token", "Segment", "SEGMENT_TOKEN", _L + r"sgp_[A-Za-z0-9]{64}" + _R, ("sgp_",)),
+    _p("sonarqube_token", "SonarQube", "SONAR_TOKEN", _L + r"sq[pua]_[a-f0-9]{40}" + _R, ("sqp_", "squ_", "sqa_")),
+    _p("stackhawk_key", "StackHawk", "HAWK_API_KEY", _L + r"hawk\.[A-Za-z0-9_\-]{20}\.[A-Za-z0-9_\-]{20}" + _R,
+       ("hawk.",)),
+    _p("vault_recovery_token", "HashiCorp Vault", "VAULT_TOKEN", _L + r"hvr\.[A-Za-z0-9_\-]{24,}" + _R, ("hvr.",)),
+    _p(
+        "pem_private_key_base64",
+        "PEM",
+        "PRIVATE_KEY",
+        # base64 of "-----BEGIN ... PRIVATE KEY-----" (Kubernetes secrets, CI variables)
+        _B64L + r"LS0tLS1CRUdJTi[A-Za-z0-9+/]{0,40}(?:UFJJVkFURSBLRV|BSSVZBVEUgS0VZ|QUklWQVRFIEtFW)"
+        r"[A-Za-z0-9+/]{40,}={0,2}(?![A-Za-z0-9+/_\-])",
+        ("ls0tls1crudjti",),
+    ),
+    _p(
+        "jwt_base64",
+        "JWT",
+        "JWT",
+        _B64L + r"ZXlK[A-Za-z0-9+/]{60,}={0,2}" + _B64R,
+        ("zxlk",),
+        entropy=3.5,
+    ),
+)
+
+_CONTEXT_RULES: tuple[Rule, ...] = (
+    _c(
+        "aws_secret_access_key",
+        "AWS",
+        "AWS_SECRET_ACCESS_KEY",
+        _B64L + r"[A-Za-z0-9/+]{40}" + _B64R,
+        ("aws", "secret_access_key", "secretaccesskey", "akia", "asia"),
+        window=200,
+    ),
+    _c(
+        "cloudflare_api_token",
+        "Cloudflare",
+        "CLOUDFLARE_API_TOKEN",
+        _L + r"[A-Za-z0-9_\-]{40}" + _R,
+        ("cloudflare", "cf_api"),
+    ),
+    _c(
+        "cloudflare_global_api_key",
+        "Cloudflare",
+        "CLOUDFLARE_API_KEY",
+        _L + r"[a-f0-9]{37}" + _R,
+        ("cloudflare", "cf_api"),
+    ),
+    _c(
+        "azure_openai_api_key",
+        "Azure",
+        "AZURE_OPENAI_API_KEY",
+        _L + r"(?:[a-f0-9]{32}|[A-Za-z0-9]{84})" + _R,
+        ("azure",),
+    ),
+    _c("mistral_api_key", "Mistral", "MISTRAL_API_KEY", _L + r"[A-Za-z0-9]{32}" + _R, ("mistral",)),
+    _c("twilio_auth_token", "Twilio", "TWILIO_AUTH_TOKEN", _L + r"[a-f0-9]{32}" + _R, ("twilio",)),
+    _c(
+        "alibaba_access_key_secret",
+        "Alibaba Cloud",
+        "ALIBABA_CLOUD_ACCESS_KEY_SECRET",
+        _L + r"[A-Za-z0-9]{30}" + _R,
+        ("ltai", "alibaba", "aliyun", "accesskeysecret", "access_key_secret", "阿里"),
+    ),
+    _c(
+        "tencent_secret_key",
+        "Tencent Cloud",
+        "TENCENTCLOUD_SECRET_KEY",
+        _L + r"[A-Za-z0-9]{32}" + _R,
+        ("akid", "tencent", "secretkey", "secret_key", "腾讯"),
+    ),
+    _c(
+        "heroku_api_key_uuid",
+        "Heroku",
+        "HEROKU_API_KEY",
+        _L + r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}" + _R,
+        ("heroku",),
+        window=60,
+    ),
+    _c("paypal_client_secret", "PayPal", "PAYPAL_CLIENT_SECRET", _L + r"E[A-Za-z0-9_\-]{79}" + _R, ("paypal",)),
+    _c("cohere_api_key", "Cohere", "COHERE_API_KEY", _L + r"[A-Za-z0-9]{40}" + _R, ("cohere",)),
+    _c("okta_api_token", "Okta", "OKTA_API_TOKEN", _L + r"00[A-Za-z0-9_=\-]{40}" + _R, ("okta",)),
+    # pre-1.10 Vault tokens: service `s.`, batch `b.`, recovery `r.` (batch tokens run long)
+    _c("vault_legacy_token", "HashiCorp Vault", "VAULT_TOKEN", _L + r"[sbr]\.[A-Za-z0-9_\-]{24,200}" + _R,
+       ("vault", "hashicorp")),
+    _c(
+        "kubernetes_bootstrap_token",
+        "Kubernetes",
+        "KUBEADM_TOKEN",
+        _L + r"[a-z0-9]{6}\.[a-z0-9]{16}" + _R,
+        ("kubeadm", "bootstrap", "--token"),
+        entropy=2.5,
+    ),
+)
+
+# Assignments in the languages and config formats people paste: `export DEEPSEEK_API_KEY=...`,
+# `.env`, YAML/TOML/INI/HCL `token = ...`, JSON `"apiKey": "..."`, Python/JS/Java/C#/Kotlin
+# `apiToken = "..."`, Go `var xToken string = "..."` / `xToken := "..."`, PHP `$xToken .= "..."`,
+# Makefile `X_TOKEN ::= / :::= / ?= / += "..."`, Perl/Ruby/logstash `"xToken" => "..."`, call pairs
+# `System.setProperty("X_TOKEN", "...")`, JS `x_token || "..."`. The name must be secret-like.
+_ASSIGNMENT_RE = (
+    r"(?:(?<=\$)|(?<![A-Za-z0-9_.$\-]))(?P<name>(?:[A-Za-z0-9_][A-Za-z0-9_.\-]{0,80}?)?"
+    r"(?i:key|token|secret|passw(?:or)?d|passphrase|pwd|pass|auth|credentials?|creds?)[A-Za-z0-9_]{0,40})"
+    r"(?P<nq>\\?[\"'])?"
+    # a type between name and operator: Go `xToken string =`, Kotlin/TS `xToken: String =`
+    r"(?:(?:[ \t]+(?:string|String|str|&str|const|final)|[ \t]*:[ \t]*[A-Za-z_][\w<>?\[\].]{0,30})"
+    r"(?=[ \t]*=[ \t]*[\"'`]))?"
+    r"[ \t]*(?P<op>:{1,3}=|\?\?=|\?=|\+=|\.=|=>|->|\|\||=|:|：|,(?=[ \t]*\\?[\"'`]))[ \t]*\\?"
+    # a quoted value may be wrapped by a terminal onto following lines of base64
+    r"(?:(?P<q>[\"'`])(?P<qv>[^\"'`\n]{1,1024}?(?:\r?\n[A-Za-z0-9+/=_\-.]{1,1024}?)*)\\?(?P=q)|"
+    r"[\"'`]?(?P<v>[^\s\"'`,;<>\\]{1,1024}))"
+)
+# XML: `<apiToken>...</apiToken>` (the value may sit on its own line), `<add key="ClearTextPassword"
+# value="..." />` (NuGet, .NET appSettings), `<entry name="xToken" value="..."/>`.
+_XML_ELEMENT_RE = (
+    r"<(?P<name>(?:[A-Za-z_][\w.\-]{0,80}?)?"
+    r"(?i:key|token|secret|passw(?:or)?d|passphrase|pwd|pass|auth|credentials?)[\w]{0,40})(?:[ \t][^<>\n]{0,200})?>"
+    r"[ \t]*(?:\r?\n[ \t]*)?(?P<v>[^<>\s]{1,1024})[ \t]*(?:\r?\n[ \t]*)?</(?P=name)>"
+)
+_XML_KEY_VALUE_RE = (
+    r"(?i)\b(?:key|name)[ \t]*=[ \t]*(?P<nq>[\"'])(?P<name>[^\"'<>\n]{1,80})(?P=nq)[ \t]+value[ \t]*=[ \t]*"
+    r"(?P<q>[\"'])(?P<qv>[^\"'<>\n]{1,1024})(?P=q)"
+)
+_CLI_FLAG_RE = (
+    r"(?<![\w\-])--?(?P<name>(?i:api[-_]?key|access[-_]token|auth[-_]token|token|password|passwd|secret|"
+    r"client[-_]secret|pat))(?:=|[ \t]+)(?:[\"'](?P<qv>[^\"'\n]{1,512})[\"']|(?P<v>[^\s\"'`]{1,512}))"
+)
+_AUTH_HEADER_RE = (
+    r"(?i)(?<![A-Za-z0-9_\-])(?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?"
+    r"(?:(?P<scheme>bearer|token|bot|basic|digest|apikey|sso-key|api-token)\s+)?(?P<secret>[A-Za-z0-9._~+/=:@\-]{8,4096})"
+)
+_BEARER_RE = r"(?i)(?<![A-Za-z0-9_\-])(?P<scheme>bearer)\s+(?P<secret>[A-Za-z0-9._~+/\-]{16,4096}=*)"
+_URL_CREDENTIALS_RE = (
+    r"(?i)(?<![A-Za-z0-9+.\-])(?P<scheme>[a-z][a-z0-9+.\-]{1,20})://(?P<user>[^\s:@/?#\[\]\"'`<>]{0,64}):"
+    r"(?P<secret>[^\s/\"'`<>]{1,256})@(?P<host>[A-Za-z0-9][A-Za-z0-9.\-]*)"
+)
+# `curl -u user:password`, `--user 'user:pass'`, `--user=user:pass`, `-u "user":"pass"`: user and password go
+# together (`curl -u` takes them as one argument, and the user alone often is an API key id).
+_CURL_USER_RE = (
+    r"(?<![\w\-])(?:-u|--user)(?:=|[ \t]+)(?P<arg>"
+    r"(?P<wq>[\"'])(?P<wuser>[^\s:\"']{0,128}):(?P<wpass>[^\"'\n]{0,256})(?P=wq)|"  # 'user:pass', ":pass", "key:"
+    r"(?P<quser>\"[^\"\n:]{1,128}\"|'[^'\n:]{1,128}'):(?P<qpass>\"[^\"\n]{1,256}\"|'[^'\n]{1,256}')|"  # "u":"p"
+    r"(?P<user>[^\s:\"']{1,128}):(?P<pass>'[^'\n]{1,256}'|\"[^\"\n]{1,256}\"|[^\s\"']{1,256}))"  # user:pass
+)
+
+# "password is", "密钥是", "key:", "令牌记下来：" (a few CJK words may sit between cue and colon)
+_CUE_SEP = (
+    r"(?P<sep>(?:[\u4e00-\u9fff]{1,6}?)?"
+    r"(?:\s+(?:is|was|are|would\s+be|will\s+be|should\s+be|set\s+to|changed\s+to|to)\b\s*[:：]?|"
+    r"\s*(?:是|为|為)\s*[:：]?|\s*[:：=＝]|\s*=>|\s*->))[ \t\u3000]*(?:\r?\n[ \t]*)?"
+)
+_CUE_VALUE = r"(?P<q>[`\"'“‘「『]?)(?P<value>[!-~]{1,2048})"
+_TARGET = r"(?:\s+(?:for|of|to|on)\s+(?P<target>[^\n:=,;。，：]{1,40}?))?"
+
+_PASSWORD_CUE_RE = (
+    r"(?i)(?P<cue>(?<![A-Za-z0-9_\-])(?:pass(?:word|wd|phrase|code)s?|pwd|pin\s?code)|"
+    r"密码|密碼|口令|密匙|通行码)(?![A-Za-z0-9_\-])" + _TARGET + r"[\"']?" + _CUE_SEP + _CUE_VALUE
+)
+_TOKEN_CUE_RE = (
+    r"(?i)(?P<cue>(?<![A-Za-z0-9_\-])(?:(?:(?:api|access|secret|auth|bearer|bot|refresh|private|app|client|"
+    r"personal\s+access|license)[ \t_\-]?)?(?:keys?|tokens?|secrets?)|apikey|credentials?)|"
+    r"密钥|秘钥|私钥|令牌|授权码|凭证|凭据)(?![A-Za-z0-9_\-])" + _TARGET + r"[\"']?" + _CUE_SEP + _CUE_VALUE
+)
+
+# Passwords passed positionally: `.netrc` (`machine h login u password p`), `psexec -u u -p p`,
+# `mysql -pPASSWORD`, .NET `new NetworkCredential("u", "p")` / `DirectoryEntry(path, "u", "p")`, Python
+# `HTTPBasicAuth("u", "p")` / `auth=("u", "p")`.
+_STR = r"(?:\"[^\"\n]{0,256}\"|'[^'\n]{0,256}')"
+_NETRC_RE = (
+    r"(?i)\bmachine[ \t]+\S{1,256}(?:[ \t]+|[ \t]*\r?\n[ \t]*)(?:login[ \t]+\S{1,256}(?:[ \t]+|[ \t]*\r?\n[ \t]*))?"
+    r"password[ \t]+(?P<netrc>[^\s\"']{1,256})"
+)
+_GROOVY_PASSWORD_RE = r"(?i)(?<![\w.\-])(?:password|passwd)[ \t]+(?P<gq>[\"'])(?P<groovy>[^\"'\n]{3,256})(?P=gq)"
+_PSEXEC_RE = (
+    r"(?i)\bpsexec(?:64)?(?:\.exe)?\b[^\n]{0,200}?[ \t]-p[ \t]+(?P<pq>[\"']?)(?P<psexec>[^\s\"']{1,256})(?P=pq)"
+)
+_MYSQL_RE = (
+    r"(?i)\b(?:mysql|mysqldump|mysqladmin|mariadb)\b[^\n]{0,200}?[ \t]-p(?P<mysql>[^\s\"'\-][^\s\"']{0,255})"
+)
+_CREDENTIAL_CALL_RE = (
+    r"\b(?:NetworkCredential|HTTPBasicAuth|HTTPDigestAuth|UsernamePasswordCredentials|PasswordAuthentication|"
+    r"BasicAuth|auth)[ \t]*=?[ \t]*\([ \t]*" + _STR + r"[ \t]*,[ \t]*(?P<q2>[\"'])(?P<arg2>[^\"'\n]{1,256})(?P=q2)"
+    r"|\bDirectoryEntry[ \t]*\([ \t]*" + _STR + r"[ \t]*,[ \t]*" + _STR
+    + r"[ \t]*,[ \t]*(?P<q3>[\"'])(?P<arg3>[^\"'\n]{1,256})(?P=q3)"
+)
+
+
+def _extract_positional_password(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
+    groups = m.groupdict()
+    group = next(g for g in ("netrc", "groovy", "psexec", "mysql", "arg2", "arg3") if groups.get(g) is not None)
+    start, end = m.span(group)
+    value = text[start:end]
+    if len(value) < 3 or _is_placeholder(value) or _REFERENCE_RE.search(value):
+        return None
+    if value.startswith("$") and not any(c.isdigit() for c in value):
+        return None
+    if group == "groovy" and not _plausible(value, "password"):
+        return None
+    key_name = {"netrc": ".netrc password", "psexec": "psexec -p", "mysql": "mysql -p"}.get(group, "password")
+    return _Hit(start, end, key_name=key_name, service=_known_service_near(text, m.start()))
+
+
+# The cue after the value: "Use 65iekx9l8d3xt02lohc08kpbmv06u8lu as the key", "`x` is my token".
+_TRAILING_CUE_RE = (
+    r"(?<![^\s\"'`(（：:，,=])(?P<q>[`\"']?)(?P<value>[!-~]{8,256}?)(?P=q)[ \t]+(?i:as|is|was|=)[ \t]+"
+    r"(?:(?i:the|my|our|your|a|an|its|their|new)[ \t]+)?(?:[A-Za-z0-9.\-]{1,30}[ \t]+){0,3}?"
+    r"(?P<cue>(?i:(?:api[ \t_\-]?)?(?:keys?|tokens?|secrets?|passwords?|passphrase|credentials?)))(?![A-Za-z0-9_\-])"
+)
+# A key pasted with no name or cue: long, random (mixed classes, high entropy, no word pieces).
+_BARE_TOKEN_RE = (
+    r"(?<![A-Za-z0-9_+/=\-.~\\$%@:])(?P<value>[A-Za-z0-9_\-][A-Za-z0-9_\-+/=.~:]{11,299})(?![A-Za-z0-9_+/=\-.~\\@:])"
+)
+
+
+def _extract_trailing_cue(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
+    start, end = m.span("value")
+    if not m.group("q"):
+        start, end = _trim(text, start, end)
+    value = text[start:end]
+    cue = m.group("cue").lower()
+    strength: Strength = "password" if "pass" in cue else "token"
+    if not _plausible(value, strength, quoted=bool(m.group("q"))):
+        return None
+    if strength == "token" and not (
+        value.isdigit() or _UUID_RE.fullmatch(value) or _random_enough(value, relaxed=True)
+    ):
+        return None
+    return _Hit(start, end, key_name=re.sub(r"[\s_-]+", " ", cue), service=_service_before(text, start))
+
+
+_ID_WORDS_RE = re.compile(r"(?i)(?:session|\bids?\b|[a-z]Id\b|uuid|guid|request|trace|run\b|ID)")
+# A label that makes the value after it an identifier: "Request ID: PvMw_VjB...", "trace_id=...".
+_ID_LABEL_RE = re.compile(
+    r"(?i)\b(?:request|trace|span|correlation|message|msg|event|run|job|build|transaction|order|invoice|chat|"
+    r"channel|guild|thread|discussion|commit|device|node|container|image|object|file|item)[ _\-]?ids?\b"
+    r"[\"']?[ \t]*[:=#]?[ \t]*[\"'`(]?$|(?:^|[^A-Za-z_\-])id[\"']?[ \t]*[:=][ \t]*[\"'`]?$"
+)
+_NAMED_KEY_RE = re.compile(r"[A-Za-z0-9_\-][A-Za-z0-9_\-+/=.]{11,199}|[a-f0-9]{8}:[a-f0-9]{8}")
+_ASSIGNED_PREFIX_RE = re.compile(r"(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?=[A-Za-z0-9])")
+# Services whose 40-hex strings are mostly commit ids, and words that say a hex string is a digest
+_CODE_HOSTS = frozenset({"GitHub", "GitLab", "Bitbucket", "Hugging Face"})
+_DIGEST_WORDS_RE = re.compile(
+    r"(?i)\b(?:commit|sha\d*|hash|digest|checksum|revision|rev|md5|etag|snapshots?|objectid|oid)\b"
+)
+_DOMAIN_RE = re.compile(r"(?:[A-Za-z0-9\-]+\.)+[A-Za-z]{2,6}(?:/.*)?")
+_DOTTED_IDENT_RE = re.compile(r"[A-Za-z_][\w\-]*(?:\.[A-Za-z_][\w\-]*)+")
+_PIECE_SPLIT_RE = re.compile(r"[-_.~/+=]")
+_DUNDER_RE = re.compile(r"__[A-Za-z]\w*__")
+_OWNER_RE = re.compile(r"[A-Za-z][A-Za-z0-9_\-]{2,38}")
+
+
+def _ascending_run(value: str, length: int = 8) -> bool:
+    """`abcdefgh`, `ABCDEFGH`, `01234567`: an alphabet written out, not a random string."""
+    run = 1
+    for a, b in itertools.pairwise(value):
+        run = run + 1 if ord(b) == ord(a) + 1 and a.isalnum() else 1
+        if run >= length:
+            return True
+    return False
+
+
+def _random_enough(value: str, *, relaxed: bool = False) -> bool:
+    """Looks machine-generated: letters and digits mixed, high entropy, no word pieces. `relaxed`
+    when a cue says it is a key ("... as the token"): a hex or short value then passes too."""
+    n = len(value)
+    if relaxed:
+        return not _is_wordish(value) and _has_letter_and_digit(value) and shannon_entropy(value) >= 3.0
+    if _is_wordish(value) or _UUID_RE.fullmatch(value) or _DATE_RE.search(value) or _ascending_run(value):
+        return False
+    digits = sum(c.isdigit() for c in value)
+    letters = sum(c.isascii() and c.isalpha() for c in value)
+    if digits < 2 or letters < 4:
+        return False
+    return shannon_entropy(value) >= (3.2 if n < 16 else 3.3 if n < 24 else 3.6)
+
+
+def _service_on_line(text: str, start: int, end: int, window: int = 100) -> str | None:
+    """A known provider named on the same line as [start, end), before or after it."""
+    lo = text.rfind("\n", max(0, start - window), start) + 1 or max(0, start - window)
+    hi = text.find("\n", end, end + window)
+    hi = hi if hi >= 0 else min(len(text), end + window)
+    line = text[lo:start] + " " + text[end:hi]
+    return _known_service_near(line, len(line), window=len(line))
+
+
+def _in_url_or_id(text: str, start: int) -> bool:
+    """The value is a URL's fragment or id parameter, or follows an identifier label ("Request ID:")."""
+    line_start = max(text.rfind("\n", 0, start), text.rfind(" ", 0, start), text.rfind("\t", 0, start)) + 1
+    word = text[line_start:start]
+    if "://" in word and ("?" in word or "#" in word):
+        return True  # a query value or fragment (`watch?v=...`, `#discussion_r...`); named secrets have their rule
+    return _ID_LABEL_RE.search(text, max(0, start - 40), start) is not None
+
+
+# What a long number beside a provider's name usually is, when it is not a client id or key
+_NUMBER_WORDS_RE = re.compile(
+    r"(?i)\b(?:id|ids|user|users|channel|guild|server|chat|group|message|msg|thread|order|invoice|phone|tel|"
+    r"account|acct|number|no|nr|ticket|issue|pr|build|run|job|tx|transaction|timestamp|ts|epoch|card|iban|"
+    r"tracking|sku|isbn|serial)\b"
+)
+
+
+def _numeric_client_id(value: str, text: str, start: int, end: int) -> bool:
+    """A 15-20 digit number beside a provider's name and nothing that makes it a plain id (Asana and
+    Discord client ids are such numbers; a channel or user id, an order or phone number is not a credential)."""
+    if not 15 <= len(value) <= 20 or len(set(value)) < 6:
+        return False
+    line_start = text.rfind("\n", 0, start) + 1
+    line_end = text.find("\n", end)
+    line = text[line_start : line_end if line_end >= 0 else len(text)]
+    if text[max(0, start - 1) : start] in ("#", "+", "$", ".", ",") or text[end : end + 1] in (".", ","):
+        return False  # `#1234...`, `+8613...`, amounts and decimals
+    return _NUMBER_WORDS_RE.search(line) is None
+
+
+def _worded(value: str) -> bool:
+    """A name built around words with a short random part (`pool-ab12cd34ef56`, `recent-models-64f9a55b...`):
+    an id or a slug. A key's random part is long."""
+    pieces = [p for p in _PIECE_SPLIT_RE.split(value) if p]
+    if len(pieces) < 2:
+        return False
+    words = [p for p in pieces if _word_piece(p)]
+    if not words:
+        return False
+    # how much of it is words: a slug is mostly words, a random key only has a short word-like piece
+    # here and there (`ewezd` in a 90-character token)
+    coverage = sum(len(p.rstrip("0123456789")) for p in words) / len(value)
+    rest = max((len(p) for p in pieces if p not in words), default=0)
+    return coverage >= 0.3 or (rest < 16 and len(pieces) <= 3)
+
+
+def _word_piece(piece: str, min_len: int = 3) -> bool:
+    """`recent`, `flake8`, `pep420`, `aarch64`: letters that read as a word, maybe a number after them."""
+    letters = piece.rstrip("0123456789")
+    return len(letters) >= min_len and letters.isalpha() and _is_wordish(letters)
+
+
+def _slug(value: str) -> bool:
+    """`TheBloke/recent-models-64f9a55b...`, `owner/repo-name`: a path of words with an id in it."""
+    if "/" not in value:
+        return False
+    if _worded(value) or sum(1 for p in _PIECE_SPLIT_RE.split(value) if _word_piece(p, 5)) >= 2:
+        return True  # (`models--t5-base/snapshots/<hex>`: two words make it a path)
+    owner, _, name = value.partition("/")
+    return bool(
+        _OWNER_RE.fullmatch(owner) and "/" not in name and any(_word_piece(p, 5) for p in re.split(r"[-_.]", name))
+    )
+
+
+def _extract_bare_token(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
+    start, end = m.span("value")
+    while end > start and text[end - 1] == ".":
+        end -= 1
+    assigned = _ASSIGNED_PREFIX_RE.match(text, start, end)
+    if assigned is not None and (assigned.group("name").isupper() or is_secret_name(assigned.group("name"))):
+        start = assigned.end()  # `DOPPLER_TOKEN=dp.st...`: the name is no part of the key
+    value = text[start:end]
+    n = len(value)
+    if n < 12 or "..." in value or "//" in value or _DUNDER_RE.search(value) or value.startswith("eyJ"):
+        return None  # a JWT header alone (`eyJhbGciOi...`) is no credential; whole JWTs have their rule
+    if value[0] in "-_" and (n < 20 or not any(c.isdigit() for c in value)):
+        return None  # `--no-verify`, `_private_name`: flags and identifiers
+    if text.startswith(("...", "…"), end):
+        return None  # elided: "sk-abc123...", shown as an example
+    if _DOMAIN_RE.fullmatch(value) or _PATH_RE.fullmatch(value):
+        return None
+    if _DOTTED_IDENT_RE.fullmatch(value) and not any(len(p) >= 16 and _random_enough(p) for p in value.split(".")):
+        return None  # `os.path.join`, `config.api_v2`; a vault `b.<random>` token has a random part
+    if _in_url_or_id(text, start):
+        return None
+    named = _NAMED_KEY_RE.fullmatch(value) is not None and any(c.isdigit() for c in value)
+    service = _service_on_line(text, start, end) if named else None
+    if service is not None:
+        # "the bot needs 7efba1e5...9cd to talk to Adobe": a provider named beside it
+        hexish = all(c in "0123456789abcdef-:" for c in value.lower())
+        uuid = _UUID_RE.fullmatch(value) is not None
+        around = (max(0, start - 100), min(len(text), end + 100))
+        if uuid and _ID_WORDS_RE.search(text, *around):
+            return None  # "sessionId is 18bd4fa6-...": an identifier
+        pair = ":" in value  # Sidekiq's `<hex8>:<hex8>` credentials
+        # a hex string next to a code host or a digest word is a commit id or a hash, elsewhere a key
+        # (24 hex beside MongoDB is an ObjectId)
+        digest = _DIGEST_WORDS_RE.search(text, *around) is not None
+        commit = n == 40 and service in _CODE_HOSTS
+        hex_key = n >= 24 and not digest and not commit and not (n == 24 and service == "MongoDB")
+        if (hexish and (n in (32, 48, 64) or uuid or pair or hex_key)) or (
+            not hexish and not pair and not _worded(value) and not _slug(value) and _random_enough(value)
+        ):
+            return _Hit(start, end, service=service)
+        if value.isdigit() and _numeric_client_id(value, text, start, end):
+            return _Hit(start, end, service=service)
+    if n < 20 or ":" in value:
+        return None
+    if all(c in "0123456789abcdefABCDEF" for c in value):
+        return None  # hashes and commit ids: a bare hex string says nothing
+    classes = _char_classes(value.replace("-", "").replace("_", "").replace(".", ""))
+    lower = any(c.islower() for c in value)
+    upper = any(c.isupper() for c in value)
+    if classes < 3 and not (n >= 24 and classes >= 2):
+        return None
+    if not (lower and upper):
+        digits = sum(c.isdigit() for c in value)
+        if not 0.15 <= digits / n <= 0.6:
+            return None  # one-case letters and digits: random only with digits mixed in evenly
+    entropy = shannon_entropy(value)
+    if entropy < (4.0 if n < 28 else 4.3):
+        return None
+    # every piece between separators must itself look random: "my-long-file_name-v2" does not; a long
+    # value cut into short pieces counts if none of them is a word
+    pieces = [p for p in _PIECE_SPLIT_RE.split(value) if p]
+    if max(len(p) for p in pieces) < 16 and (
+        n < 32 or any(len(p) >= 3 and p.isalpha() and _is_wordish(p) for p in pieces)
+    ):
+        return None
+    if _is_wordish(value) or _slug(value) or not _random_enough(value):
+        return None
+    return _Hit(start, end, service=_known_service_near(text, start))
+
+
+_GENERIC_RULES: tuple[Rule, ...] = (
+    _g(
+        "env_assignment", _ASSIGNMENT_RE, ("key", "token", "secret", "pass", "pwd", "auth", "cred"), _extract_assignment
+    ),
+    _g("xml_secret_element", _XML_ELEMENT_RE, ("key", "token", "secret", "pass", "pwd", "auth", "cred"),
+       _extract_assignment),
+    _g("xml_key_value", _XML_KEY_VALUE_RE, ("value",), _extract_assignment),
+    _g(
+        "cli_secret_flag",
+        _CLI_FLAG_RE,
+        ("-api", "-token", "-access", "-auth", "-pass", "-secret", "-client", "-pat"),
+        _extract_cli_flag,
+    ),
+    _g("authorization_header", _AUTH_HEADER_RE, ("authorization",), _extract_auth_header),
+    _g("bearer_token", _BEARER_RE, ("bearer",), _extract_auth_header),
+    _g("url_credentials", _URL_CREDENTIALS_RE, ("://",), _extract_url_credentials),
+    _g("curl_user_password", _CURL_USER_RE, ("-u", "--user"), _extract_curl_user),
+    _g("netrc_password", _NETRC_RE, ("machine",), _extract_positional_password),
+    _g("password_argument", _GROOVY_PASSWORD_RE, ("password", "passwd"), _extract_positional_password),
+    _g("psexec_password", _PSEXEC_RE, ("psexec",), _extract_positional_password),
+    _g("mysql_password", _MYSQL_RE, ("mysql", "mariadb"), _extract_positional_password),
+    _g("credential_call", _CREDENTIAL_CALL_RE, ("credential", "auth", "directoryentry"), _extract_positional_password),
+    _g(
+        "password_cue",
+        _PASSWORD_CUE_RE,
+        ("pass", "pwd", "pin", "密码", "密碼", "口令", "密匙", "通行码"),
+        _extract_password_cue,
+        kind="cue",
+    ),
+    _g(
+        "token_cue",
+        _TOKEN_CUE_RE,
+        ("key", "token", "secret", "credential", "密钥", "秘钥", "私钥", "令牌", "授权码", "凭"),
+        _extract_token_cue,
+        kind="cue",
+    ),
+    # listed last: where an older rule finds the same span, its name and key name are kept
+    _g("trailing_cue", _TRAILING_CUE_RE, ("key", "token", "secret", "pass", "credential"), _extract_trailing_cue,
+       kind="cue"),
+    _g("high_entropy_token", _BARE_TOKEN_RE, (), _extract_bare_token, kind="cue", key_name="token"),
+)
+
+# Kubernetes Secret manifests: every value under `data:` (base64) or `stringData:` of a `kind: Secret`.
+_K8S_KIND_RE = re.compile(r"(?i)\bkind[\"']?[ \t]*:[ \t]*[\"']?secret\b")
+_K8S_DATA_RE = re.compile(r"(?m)^[ \t]*(?:data|stringData)[ \t]*:[ \t]*$")
+_K8S_VALUE_RE = (
+    r"(?m)^(?P<indent>[ \t]+)(?P<name>[\w.\-]{1,253})[ \t]*:[ \t]*(?:[|>][\-+]?[ \t]*\r?\n[ \t]+)?"
+    r"(?P<q>[\"']?)(?P<secret>[^\s\"'#]{6,4096})(?P=q)[ \t]*\r?$"
+)
+
+
+def _extract_k8s_secret(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
+    before = text[max(0, m.start() - 4000) : m.start()]
+    data = None
+    for found in _K8S_DATA_RE.finditer(before):
+        data = found  # the last `data:` / `stringData:` line before the value
+    if data is None or not _K8S_KIND_RE.search(text, max(0, m.start() - 4000), min(len(text), m.end() + 4000)):
+        return None
+    # only lines inside that block: nothing between it and the value sits less indented than the value
+    block = before[data.end() :]
+    indent = len(m.group("indent").expandtabs())
+    for line in block.splitlines():
+        if line.strip() and len(line) - len(line.lstrip()) < indent:
+            return None
+    start, end = m.span("secret")
+    value = text[start:end]
+    if _is_placeholder(value) or _REFERENCE_RE.search(value):
+        return None
+    return _Hit(start, end, key_name=m.group("name"), service="Kubernetes")
+
+
+_K8S_RULES: tuple[Rule, ...] = (
+    Rule(
+        name="kubernetes_secret_data",
+        service="Kubernetes",
+        key_name="SECRET_DATA",
+        kind="context",
+        pattern=re.compile(_K8S_VALUE_RE),
+        keywords=("kind",),
+        extract=_extract_k8s_secret,
+    ),
+)
+
+# A private key's base64 body pasted without its BEGIN/END lines, one line or wrapped (newlines, literal
+# `\n` / `\r\n` as in JSON, or string concatenation `"..." +`). Told apart from other base64 by what
+# it decodes to: OpenSSH's `openssh-key-v1` magic, or a DER key (PKCS#1/#8/SEC1: a SEQUENCE whose
+# first field is the INTEGER version 0 or 1; a certificate starts with a nested SEQUENCE instead).
+_B64_LINE = r"[A-Za-z0-9+/]{16,}"
+_B64_BREAK = r"(?:[ \t]*(?:\\r)?\\n[ \t]*|[ \t]*\r?\n[ \t]*|[\"'][ \t]*\+?[ \t]*\r?\n[ \t]*\+?[ \t]*[\"'])"
+_KEY_BODY_RE = (
+    # DER keys open `MII` (RSA, PKCS#8), `MIG` (EC P-384, PKCS#8 EC), `MHc` (EC P-256), `MC4C` (Ed25519)
+    r"(?<![A-Za-z0-9+/])(?:b3BlbnNzaC1rZXktdjE|MI[IG]|MHc|MC4C)[A-Za-z0-9+/]{36,}"
+    r"(?:" + _B64_BREAK + _B64_LINE + r"){0,400}={0,2}"
+    # a short last line: padded, or holding a digit or `+/` (a word on the next line is prose)
+    r"(?:" + _B64_BREAK + r"(?:[A-Za-z0-9+/]{1,15}={1,2}|(?=[A-Za-z]{0,14}[0-9+/])[A-Za-z0-9+/]{2,15}))?"
+    r"(?![A-Za-z0-9+/=])"
+)
+_KEY_BREAK_RE = re.compile(_B64_BREAK)
+
+
+def _extract_key_body(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
+    start, end = m.span()
+    body = _KEY_BREAK_RE.sub("", text[start:end])
+    if len(body) < 120:
+        return None  # an EC key is ~160 characters; anything shorter is no private key
+    if not body.startswith("b3BlbnNzaC1rZXktdjE"):
+        try:
+            der = base64.b64decode(body[:16], validate=True)
+        except (binascii.Error, ValueError):
+            return None
+        if len(der) < 8 or der[0] != 0x30:
+            return None
+        i = 2 + (der[1] & 0x7F if der[1] & 0x80 else 0)  # past the SEQUENCE's length
+        if der[i : i + 3] not in (b"\x02\x01\x00", b"\x02\x01\x01"):
+            return None
+    return _Hit(start, end)
+
+
+_KEY_BODY_RULES: tuple[Rule, ...] = (
+    Rule(
+        name="private_key_body",
+        service="PEM",
+        key_name="PRIVATE_KEY",
+        kind="provider",
+        pattern=re.compile(_KEY_BODY_RE),
+        keywords=("b3blbnnzac1rzxktdje", "mii", "mig", "mhc", "mc4c"),
+        extract=_extract_key_body,
+    ),
+)
+
+RULES: tuple[Rule, ...] = (
+    _K8S_RULES + _KEY_BODY_RULES + _PROVIDER_RULES + _MORE_PROVIDER_RULES + _CONTEXT_RULES + _GENERIC_RULES
+)
+_RULE_ORDER: dict[str, int] = {rule.name: i for i, rule in enumerate(RULES)}
+_RULE_KEYWORDS: tuple[tuple[Rule, frozenset[str]], ...] = tuple((r, frozenset(r.keywords)) for r in RULES)
+_ALL_KEYWORDS: tuple[str, ...] = tuple(sorted({k for r in RULES for k in r.keywords}))
+
+
