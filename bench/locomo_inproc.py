@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from locomo import entry_id, write_transcripts  # noqa: E402
+from locomo import distinct_turns, entry_id, score, write_transcripts  # noqa: E402
 from locomo_data import CATEGORY_NAMES, Conversation, Question, load_split, split_of  # noqa: E402
 
 from veritas_watch.embedding import Embedder, WithCrossLanguage, load_embedder  # noqa: E402
@@ -134,22 +134,6 @@ def dia_map(conversations: Sequence[Conversation]) -> dict[tuple[str, str], str]
     return {(t.conversation, entry_id(t)): t.dia_id for c in conversations for t in c.turns}
 
 
-def ranked_turns(results: Sequence[dict[str, Any]], dia_of: dict[tuple[str, str], str]) -> list[str]:
-    seen: dict[str, None] = {}
-    for r in results:
-        dia = dia_of.get((str(r["agent_id"]), str(r["entry_id"])))
-        if dia is not None:
-            seen.setdefault(dia, None)
-    return list(seen)
-
-
-def score(question: Question, ranked: Sequence[str]) -> tuple[float, float, float, float]:
-    top = ranked[:10]
-    recall = [len(question.evidence.intersection(top[:k])) / len(question.evidence) for k in (1, 5, 10)]
-    rr = next((1.0 / (rank + 1) for rank, dia in enumerate(top) if dia in question.evidence), 0.0)
-    return recall[0], recall[1], recall[2], rr
-
-
 Search = Callable[[Question], list[dict[str, Any]]]
 
 
@@ -162,7 +146,7 @@ def evaluate(questions: Sequence[Question], search: Search, dia_of: dict[tuple[s
         latencies.append(time.perf_counter() - t0)
         split = split_of(q.conversation)
         empty[split] += not results
-        row = score(q, ranked_turns(results, dia_of))
+        row = score(q, distinct_turns(results, dia_of))
         rows.setdefault(f"{split}/all", []).append(row)
         rows.setdefault(f"{split}/{CATEGORY_NAMES[q.category]}", []).append(row)
     metrics = {key: dict(zip(("R@1", "R@5", "R@10", "MRR"), (sum(c) / len(r) for c in zip(*r, strict=True)),
