@@ -80,8 +80,7 @@ def candidates(config: Config) -> list[Path]:
     """Where a daemon for this config publishes itself: its data dir, then the system service's (only when
     the data dir was not chosen: an operator's CLI finds the system daemon)."""
     paths = [config.data_dir / DAEMON_FILE]
-    chosen = bool(os.environ.get("VERITAS_WATCH_DATA_DIR")) or config.data_dir == SYSTEM_DATA_DIR
-    if not chosen and not config.paths.data_dir.startswith(str(SYSTEM_DATA_DIR)):
+    if not os.environ.get("VERITAS_WATCH_DATA_DIR") and not config.paths.data_dir.startswith(str(SYSTEM_DATA_DIR)):
         paths.append(SYSTEM_DATA_DIR / DAEMON_FILE)
     return paths
 

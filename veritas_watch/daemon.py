@@ -545,7 +545,7 @@ class Daemon:
                 # The ingest rate: entries per second while entries were being stored, not per minute of clock.
                 log.info("throughput_summary", stored=stored, per_s=round(stored / active_s, 2) if active_s else 0.0,
                          active_s=round(active_s, 1), interval_s=round(time.monotonic() - last_summary, 1),
-                         skipped=sum(sink.stats.skipped.values()), backlog_bytes=self.backlog_bytes())
+                         skipped=sum(sink.stats.skipped.values()), backlog_bytes=self.snapshot().backlog_bytes)
                 last_summary, last_stored, active_s = time.monotonic(), sink.stats.stored, 0.0
 
     async def _store_upkeep(self) -> None:
@@ -571,7 +571,9 @@ class Daemon:
             most_rows = max(most_rows, rows)
             total = snap.total_bytes + most_rows
             done = snap.done_bytes + most_rows - rows
-            share = 1.0 if (final and not rows) or total == 0 else done / total
+            # The last picture says 100% once nothing is left (an unfinished last line is no backlog).
+            complete = final and not snap.backlog_bytes and not rows
+            share = 1.0 if complete or total == 0 else done / total
             width = 30
             filled = int(width * share)
             rate = snap.stored / max(time.monotonic() - started, 1e-3)
@@ -588,7 +590,7 @@ class Daemon:
                     async with asyncio.timeout(0.5):
                         await self.stop_event.wait()
         finally:  # stopped or cancelled at shutdown: the last picture, 100% when everything is stored
-            draw(final=not self.backlog_bytes())
+            draw(final=True)
             logsetup.set_live_line(None)
             sys.stderr.write("\n")
             sys.stderr.flush()
@@ -619,9 +621,6 @@ class Daemon:
             queue=rt.sink.queue.qsize(), queue_capacity=rt.sink.queue.maxsize, stored=stats.stored,
             heartbeat_age_s=max(0.0, time.monotonic() - rt.sink.heartbeat),
             open_gaps=tuple(self.gaps.open_gaps()))
-
-    def backlog_bytes(self) -> int:
-        return self.snapshot().backlog_bytes
 
     def status_line(self) -> str:
         snap = self.snapshot()
