@@ -190,6 +190,32 @@ def _clean(secret: str) -> str:
     return secret.rstrip("\"'`()[]{},;<>|")
 
 
+_LINE_DEBRIS_RE = re.compile(r"^(?:\s|[+\"'`]|\\[rn])+|(?:\s|[+\"'`]|\\[rn])+$")
+_INTERPOLATION_RE = re.compile(r"#\{|\$\{|\{\{|<%=?")
+_CONNECTION_PASSWORD_RE = re.compile(r"(?i)(?:^|;)\s*(?:password|pwd)\s*=\s*([^;\"']+)")
+
+
+def final_secret(sample: dict[str, Any]) -> dict[str, Any] | None:
+    """The credential a placed sample must hide, once more (applied to fresh and to stored samples):
+    - a key body a rule captured across string concatenation or escaped line breaks starts and ends
+      with that debris (`+\\n"b3Bl...` / `\\r\\nb3Bl...\\r\\n`): the key is what lies between;
+    - a connection string (`Server=...;User ID=...;Password=#gets0m3;...`): its secret is the password,
+      the server, database and user names around it are not;
+    - a template expression (`#{datastore['DBPASSWORD']}`, `${DB_PASS}`) holds no secret: dropped.
+    """
+    secret = sample["secret"]
+    if not secret:
+        return sample
+    if _INTERPOLATION_RE.search(secret):
+        return None
+    if "\n" in secret or "\\n" in secret:
+        secret = _LINE_DEBRIS_RE.sub("", secret)
+    conn = _CONNECTION_PASSWORD_RE.search(secret) if secret.count(";") >= 2 and "=" in secret else None
+    if conn:
+        secret = conn.group(1).strip()
+    return {**sample, "secret": secret}
+
+
 def placeholder(secret: str) -> bool:
     """A documented example or filler rather than a key: `AKIAIOSFODNN7EXAMPLE`, `ghu_xxxx...`, `QQQQ...`."""
     return bool(re.search(r"EXAMPLE|RANDOMSTRING|STRINGHERE|[xX]{6}|\*{4}|([^A\s0-9])\1{7}", secret))
@@ -480,14 +506,21 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=20261201)
     parser.add_argument("--out", type=Path, default=OUT,
                         help="where to write (another seed into another directory: a reseeded check set)")
+    parser.add_argument("--reclean", action="store_true",
+                        help="apply the current secret clean-up (final_secret) to the stored files, no checkout needed")
     args = parser.parse_args()
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     for name, root, fn in (("gitleaks", args.gitleaks, gitleaks_samples),
                            ("noseyparker", args.noseyparker, noseyparker_samples)):
-        if root is None:
+        if args.reclean:
+            samples = json.loads(gzip.decompress((out / f"public_rules_{name}.json.gz").read_bytes()))
+        elif root is None:
             continue
-        samples = fn(root, random.Random(f"{args.seed}-{name}"))
+        else:
+            samples = fn(root, random.Random(f"{args.seed}-{name}"))
+        finals = (final_secret(sample) for sample in samples)
+        samples = [sample for sample in finals if sample is not None]
         for sample in samples:
             if sample["secret"] and placeholder(sample["secret"]):
                 sample["origin"] = "documented_example"

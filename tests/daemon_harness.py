@@ -38,7 +38,7 @@ from typing import Any, TypeVarTuple
 
 from veritas_watch.model import point_id
 from veritas_watch.openclaw import classify_transcript, iter_agents
-from veritas_watch.sources.cursors import FileCursor
+from veritas_watch.sources.cursors import FileCursor, SqliteCursor
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -157,7 +157,7 @@ def _cursor_rows(data_dir: Path, sql: str) -> list[tuple[Any, ...]]:
 
 def read_db_cursors(data_dir: Path) -> dict[tuple[str, str], int]:
     """The committed SQLite session cursors: {(db, session id): next seq}."""
-    return {(db, sid): int(json.loads(state).get("next_seq", 0))
+    return {(db, sid): SqliteCursor.from_json(state).next_seq
             for db, sid, state in _cursor_rows(data_dir, "SELECT db, session_id, state FROM db_cursors")}
 
 

@@ -725,6 +725,8 @@ KINDS: tuple[SecretKind, ...] = (
     _k("octopus_api_key", "Octopus", "OCTOPUS_API_KEY", lambda r: "API-" + rand(r, UPPER_ALNUM, 26), "API-"),
     _k("openshift_token", "OpenShift", "OPENSHIFT_TOKEN", lambda r: "sha256~" + rand(r, B64URL, 43), "sha256~",
        url_safe=False),
+    _k("teamcity_token", "TeamCity", "TEAMCITY_TOKEN",
+       lambda r: "eyJ0eXAiOiAiVENWMiJ9." + rand(r, B64URL, 36) + "." + rand(r, B64URL, 48), "eyJ0eXAiOiAiVENWMiJ9."),
     _k("planetscale_token", "PlanetScale", "PLANETSCALE_TOKEN", lambda r: "pscale_tkn_" + rand(r, ALNUM, 40),
        "pscale_tkn_"),
     _k(

@@ -73,6 +73,11 @@ def negatives(corpus: str) -> list[Sample]:
 
 def _noun(rule: str) -> str:
     r = rule.lower()
+    # "Credentials in PsExec Invocation", "netrc Credentials", "Hardcoded Gradle Credentials": what such a
+    # rule captures after the user name is a password (its pattern labels the group so), and that is
+    # what people call it; an OAuth, client, application or API credential is a token or secret
+    if "credential" in r and not re.search(r"oauth|client|application|\bapi\b", r):
+        return "password"
     for word, noun in (("password", "password"), ("secret", "secret"), ("key", "key")):
         if word in r:
             return noun
@@ -179,6 +184,17 @@ def _fill(template: str, names: dict[str, str], secret: str, shape: str) -> tupl
     return head + written + tail, len(head), len(head) + len(written)
 
 
+def _breaks_quoting(template: str, secret: str, shape: str) -> bool:
+    """Would `secret` end the string literal or element it is placed in (JSON escapes its values)?"""
+    if shape == "json":
+        return False
+    head, _, tail = template.partition("{s}")
+    quote = head[-1:] if head[-1:] in ("\"", "'", "`") and tail[:1] == head[-1:] else ""
+    if quote and quote in secret:
+        return True
+    return head.rstrip().endswith(">") and tail.lstrip().startswith("</") and any(c in secret for c in "<&")
+
+
 def place(sample: Sample, shape: str, index: int) -> Placed | None:
     """`sample` in one context of `shape` (the `index`-th template, cycling); None if it cannot go there."""
     if shape == "example":
@@ -193,6 +209,10 @@ def place(sample: Sample, shape: str, index: int) -> Placed | None:
             return None
         templates = tuple(t for t in templates if "`{s}`" not in t and "'{s}'" not in t and '"{s}"' not in t
                           and "{s} " not in t.split("\n")[-1]) or templates
+    # A value holding the template's own quote (or `<`/`&` in XML) is written the way its author would
+    # have to write it: in another template of the shape, never as broken code (`"ab"cd"`, `'ab'cd'`).
+    clash = tuple(t for t in templates if not _breaks_quoting(t, sample.secret, shape))
+    templates = clash or templates
     template = templates[index % len(templates)]
     text, start, end = _fill(template, _names(sample), sample.secret, shape)
     return Placed(sample, shape, f"{shape}{index % len(templates)}", text, start, end)

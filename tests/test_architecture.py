@@ -95,3 +95,13 @@ def test_http_helpers_and_access_are_leaves_of_the_http_package() -> None:
     for leaf in ("veritas_watch.http.requests", "veritas_watch.http.access"):
         assert not {d for d in graph[leaf] if d.startswith("veritas_watch.http.") and d != "veritas_watch.http.access"}
     assert not any(d.startswith("veritas_watch.http") for d in graph["veritas_watch.status"])
+
+
+def test_the_http_package_reaches_the_daemon_only_through_its_protocols() -> None:
+    """Not even for type checking: the routes see `http/port.py`'s `Served`, which `daemon.Running` implements."""
+    for path in (PACKAGE / "http").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
+                     else [alias.name for alias in node.names] if isinstance(node, ast.Import) else [])
+            assert not [n for n in names if n == "veritas_watch.daemon"], f"{path.name} imports the daemon"
+    assert not import_graph()["veritas_watch.http.port"], "http/port.py is a leaf"

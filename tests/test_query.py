@@ -82,6 +82,20 @@ def test_a_hit_brings_its_neighbouring_turns_by_order_not_by_line(store: Store) 
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
 
 
+def test_a_neighbour_past_many_tool_lines_is_found_as_before(store: Store) -> None:
+    # session u: the question at line 10, 300 lines of tool traffic (not stored), the answer at 311;
+    # the turn before the question is far back too. The first, bounded lookup misses both; the retry finds them.
+    store.upsert([turn("a", "u", "far-q", 10 + 300, "user", "when is the ferry", unit(1), (11, 12), ts=300.0),
+                  turn("a", "u", "far-ans", 10 + 300 + 301, "assistant", "after all the tools: pier 5", unit(90),
+                       ts=301.0),
+                  turn("a", "u", "far-first", 2, "user", "long ago", unit(91), ts=299.0)])
+    hits = run_search(store, MemoryRequest("a", "when is the ferry", 8, since=250.0),
+                      QueryVectors(unit(1), SparseVector((11, 12), (1.0, 1.0))), EXPANSION_ONLY)
+    shown = {h.payload["entry_id"]: h for h in hits}
+    assert shown["far-ans"].neighbour_of == shown["far-q"].id
+    assert shown["far-first"].neighbour_of == shown["far-q"].id
+
+
 def test_neighbours_obey_the_role_and_time_filters(store: Store) -> None:
     users = ask(store, roles=("user",))
     assert {h.payload["role"] for h in users} == {"user"}

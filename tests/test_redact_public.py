@@ -91,9 +91,9 @@ def test_recall_on_the_held_out_corpus_noseyparker() -> None:
     result = recall("noseyparker")
     report("noseyparker", result)
     assert result.overall.total >= 5500
-    assert result.overall.recall >= 0.90
+    assert result.overall.recall >= 0.965
     for shape, tally in result.by_shape.items():
-        assert tally.recall >= (0.75 if shape == "example" else 0.84), shape
+        assert tally.recall >= (0.87 if shape == "example" else 0.92), shape
 
 
 def test_redacting_the_corpus_leaves_no_caught_value_behind() -> None:
@@ -390,3 +390,144 @@ def test_ids_paths_and_digests_beside_a_provider_are_left_alone(text: str) -> No
 def test_a_certificate_body_is_not_taken_for_a_private_key() -> None:
     text = "the cert:\n" + "\n".join(_certificate_body())
     assert [m for m in detect(text) if m.rule == "private_key_body"] == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Shapes added after the second measurement: generated secrets drawn from every printable character,
+# word-built passwords under an explicit password name, `.env` values with punctuation, comparisons
+# with a literal, connection-string fields, Chinese-set-off values, bare generated passwords.
+
+_PRINTABLE = "".join(c for c in string.printable if not c.isspace())
+
+
+def _printable_secret(n: int = 20) -> str:
+    """A random printable secret of the kind JWT HMAC secrets are generated as (all four classes)."""
+    while True:
+        value = _rand(n, _PRINTABLE)
+        if (any(c.islower() for c in value) and any(c.isupper() for c in value) and any(c.isdigit() for c in value)
+                and sum(c in "!#$%&*+;<>?@^|~" for c in value) >= 2 and not re.search(r"[a-z]-[a-z]|[A-Z]-[A-Z]|0-9|"
+                                                                                       r"\\[a-zA-Z]|[{}$%]|=>|->|::",
+                                                                                       value)):
+            return value
+
+
+_QUOTE_FREE = _printable_secret().replace('"', "!").replace("'", "#").replace("`", "~")
+PRINTABLE_SHAPES = [
+    ("yaml jwtsecret, double quotes", 'oauthproviders:\n  jwtsecret: "{v}"\n'),
+    ("spring jwt: secret:", "jwt:\n  secret: '{v}'\n  ttl: 640000\n"),
+    ("go const", 'const jwtSecret = "{v}"'),
+    ("env file line", "NODE_ENV=production\nJWT_SECRET={v}\nLOG_LEVEL=debug"),
+    ("docker -e", "docker run -e JWT_SECRET={v} -p 8080:8080 app"),
+    ("json", '{{"jwt_secret": "{v}"}}'),
+    ("prose after a secret cue", "Jwt 的 secret 是 {v} 别弄丢了"),
+    ("password cue in english", "my Mongo api password is {v} - please keep it safe"),
+]
+
+
+@pytest.mark.parametrize(("label", "template"), PRINTABLE_SHAPES, ids=[p[0] for p in PRINTABLE_SHAPES])
+def test_printable_secrets_under_a_secret_name_are_hidden_whole(label: str, template: str) -> None:
+    test_provider_formats_are_hidden_whole(label, _QUOTE_FREE, template)
+
+
+WORD_PASSWORDS = [
+    ("quoted in code", "centipede", 'String dbPassword = "{v}";'),
+    ("json", "open_sesame", '{{"password": "{v}", "enabled": true}}'),
+    ("yaml line", "blooberry", "smtp:\n  password: {v}\n  port: 587"),
+    ("ini section", "open_sesame", "[support]\nusername = bob\npassword = {v}\n"),
+    ("xml element", "centipede", "<dbPassword>{v}</dbPassword>"),
+    ("env secret", "logmein", "GENERIC_SECRET={v}"),
+    ("comparison with a literal", "team10", 'if username == "jojoba" and password == "{v}":'),
+    ("go comparison, secret field", "open-sesame", 'if creds.Secret != "{v}" {{\n  return\n}}'),
+    ("chinese colon", "whiteduke", "这是React的密码：{v}，帮我配置一下"),
+    ("chinese 是", "goodspec", "Odbc 的 password 是 {v} 别弄丢了"),
+    ("letters in no word's shape", "Zxcvbnm", "my Mongo api password is {v} - please keep it safe"),
+]
+
+
+@pytest.mark.parametrize(("label", "value", "template"), WORD_PASSWORDS, ids=[p[0] for p in WORD_PASSWORDS])
+def test_word_passwords_under_a_password_name_are_hidden(label: str, value: str, template: str) -> None:
+    test_provider_formats_are_hidden_whole(label, value, template)
+
+
+ENV_VALUES = [
+    ("comma and tilde", "Zv7iGbG,qHX~8XXc0q+oAYH", "POSTGRES_PASSWORD={v}\nREGION=us-east-1"),
+    ("ampersand is no query separator here", "QeazZe4ppVbrZ&R=tfZD0zpVk", "export POSTGRES_PASSWORD={v}"),
+    ("trailing question marks", "1qay@WXS????", "GENERIC_PASSWORD={v}\nREGION=us-east-1"),
+    ("trailing dot", "k_6ZKq5f5X&=-.", "NODE_ENV=production\nGENERIC_TOKEN={v}\nLOG_LEVEL=debug"),
+    (".env inside a JSON string", "FDfUfoPn5~&lb6=%-", '{{"config.ini": "GENERIC_PASSWORD={v}\\nBACKUP=true"}}'),
+    ("connection string field", "#gets0m3", "Server=db,1433;User ID=b2b;Password={v};Trusted_Connection=False"),
+    ("teamcity token", "eyJ0eXAiOiAiVENWMiJ9." + _rand(36, _ALNUM + "-_") + "." + _rand(48, _ALNUM + "-_"),
+     "ok so {v} is what the CI gave me"),
+    ("kubernetes bootstrap token", _rand(6, "abcdef0123456789") + "." + _rand(16, "abcdef0123456789"),
+     '{{"kubernetes_token": "{v}"}}'),
+    ("directoryentry over lines", "Rrhh1234", 'new DirectoryEntry("LDAP://corp",\n    "ADMIN@corp",\n    "{v}");'),
+    ("bare generated password", "LK@au9j*xb*rDrV!k6ngDh7Kem90", "ok so {v} is what they gave me"),
+]
+
+
+@pytest.mark.parametrize(("label", "value", "template"), ENV_VALUES, ids=[p[0] for p in ENV_VALUES])
+def test_settings_and_formats_of_the_second_measurement(label: str, value: str, template: str) -> None:
+    test_provider_formats_are_hidden_whole(label, value, template)
+
+
+NOT_PASSWORDS = [
+    'password = "password_input"',
+    "password: bytes",
+    'fields = ("login", "password", "encoding")',
+    "password = hashed_value",
+    'if password == confirm_password:',
+    'SOME_PASSWORD_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789!@#$"',
+    "const topLevelWebhookSecretActive = !surface.channelEnabled",
+    'TOKEN_RE = "[A-Za-z0-9]{32}"',
+    "format_key1 = self.LOG_FORMAT_MAP[atom[0]]",
+    "if sock.family in (socket.AF_INET, socket.AF_INET6):",
+    "Parameters<typeof handleLineWebhookEvents>[1]",
+    "Requires-Dist: PySocks!=1.5.7,>=1.5.6",
+    ".. |Screenshot-Jupyter1| image:: https://example.com/a.gif",
+    "TextGenerationStreamOutput(token=TokenElement(id=3426, text='x'))",
+    "root@Build-01:~# ls",
+    "the password: required",
+    "我的密码是 password 别告诉别人",
+]
+
+
+@pytest.mark.parametrize("text", NOT_PASSWORDS)
+def test_names_code_and_markup_are_not_passwords(text: str) -> None:
+    assert detect(text) == [], [(m.rule, m.value) for m in detect(text)]
+
+
+def test_the_corpus_never_places_a_secret_that_breaks_its_own_quoting() -> None:
+    from tests.secret_corpus_public import _breaks_quoting
+
+    for placed in corpus("noseyparker"):
+        if placed.shape in ("code", "shell", "env") and placed.variant:
+            head = placed.text[: placed.start]
+            quote = head[-1:]
+            if quote in ("\"", "'", "`") and placed.text[placed.end : placed.end + 1] == quote:
+                assert quote not in placed.sample.secret, placed.text
+    assert _breaks_quoting('x = "{s}"', 'a"b', "code") and not _breaks_quoting('x = "{s}"', "a'b", "code")
+
+
+def test_credentials_rules_are_placed_as_passwords() -> None:
+    from tests.secret_corpus_public import _noun
+
+    assert _noun("psexec:Credentials in PsExec Invocation") == "password"
+    assert _noun("netrc:netrc Credentials") == "password"
+    assert _noun("google:Google OAuth Credentials") == "token"
+    assert _noun("auth0:Auth0 Application Credentials") == "token"
+
+
+def test_the_builder_keeps_the_credential_itself() -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # the builder parses regexes with sre_parse
+        from bench.rule_samples import final_secret
+
+    base = {"source": "x", "rule": "r", "family": "f", "ident": "i", "origin": "example"}
+    body = "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ"
+    assert final_secret({**base, "secret": f'+\n"{body}" +\n"AAAA" +'})["secret"] == f'{body}" +\n"AAAA'
+    assert final_secret({**base, "secret": f"\\r\\n{body}\\r\\n"})["secret"] == body
+    conn = "Server=db,1433;Database=B2B;User ID=u;Password=#gets0m3;Trusted_Connection=False"
+    assert final_secret({**base, "secret": conn})["secret"] == "#gets0m3"
+    assert final_secret({**base, "secret": "#{datastore['DBPASSWORD"}) is None

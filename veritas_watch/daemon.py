@@ -1,4 +1,6 @@
-"""The imperative shell: lifecycle, the sweep loop, signals, systemd notification, HTTP.
+"""The imperative shell: `Daemon` is the lifecycle (signals → start-up → main loop → shutdown, one exit
+stack), `Running` the started daemon (the sweep loop, housekeeping, the snapshot, and what the HTTP API asks
+of it: `http.port.Served`), `Runtime` what start-up opened (`open_runtime`).
 
 Start-up order matters for `READY=1`: store open, model loaded, cursors read, watches set.
 """
@@ -15,6 +17,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import sdnotify
 import structlog
@@ -24,9 +27,9 @@ from veritas_watch.config import Config, load_config
 from veritas_watch.embedding import Embedder
 from veritas_watch.features.capture import CredentialCapture, NoCapture
 from veritas_watch.features.gaps.service import GapService, NoGaps
-from veritas_watch.http.app import publish_http, start_http, unpublish_http
+from veritas_watch.http.app import NoHttp, start_http
 from veritas_watch.metrics import DaemonMetrics
-from veritas_watch.model import ConversationEnd, RawRecord, SessionState, SourceRef, restore_turn
+from veritas_watch.model import ConversationEnd, RawRecord, SessionState, SourceRef
 from veritas_watch.openclaw import AgentDirs, iter_agents, session_stem
 from veritas_watch.owner import DataDirOwned, OwnerLock
 from veritas_watch.pipeline import (
@@ -50,6 +53,7 @@ from veritas_watch.sources.jsonl import JsonlTailer, TrackedFile
 from veritas_watch.sources.sqlite import SqlitePoll
 from veritas_watch.sources.sqlite_feed import SqliteFeed, stale_point_cleanup
 from veritas_watch.sources.watch import ChangeWatcher
+from veritas_watch.status import daemon_status
 
 log = structlog.get_logger()
 CREDENTIAL_FLUSH_INTERVAL = 30.0  # seconds between attempts to write index rows that wait for a workspace
@@ -81,6 +85,16 @@ class Runtime:
     archives: CompressedArchives
     redact_key: bytes
 
+    async def close(self) -> None:
+        """Close what `open_runtime` opened: readers first, then the store (in its thread), then the rest."""
+        self.sink.stopping = True
+        await asyncio.to_thread(self.sink.close_readers)
+        await self.sink.in_store_thread(self.sink.store.close)
+        self.sink.close()
+        self.tailer.close()
+        self.sqlite.close()
+        self.cursors.close()
+
 
 StoreWrapper = Callable[[Store], Store]
 
@@ -111,7 +125,20 @@ def open_runtime(config: Config, commit: CommitBatch, wrap_store: StoreWrapper |
                    CompressedArchives(cursors), redact_key)
 
 
+def commit_batch(batch: Sequence[Work]) -> None:
+    """Runs (in a thread) once the store has every chunk of `batch`: each source commits its own units
+    (Vector's finalizers: the sink says "delivered", the source knows its cursor), in batch order."""
+    by_source: dict[int, tuple[Committer, list[object]]] = {}
+    for work in batch:
+        if work.source is not None:
+            by_source.setdefault(id(work.source), (work.source, []))[1].append(work.unit)
+    for source, units in by_source.values():
+        source.commit(units)
+
+
 class Daemon:
+    """The lifecycle: signals → start-up → main loop (`Running`) → shutdown, with one exit stack."""
+
     def __init__(self, config: Config, *, once: bool = False, wrap_store: StoreWrapper | None = None):
         self.config = config
         self.wrap_store = wrap_store
@@ -120,92 +147,75 @@ class Daemon:
         self.hint = asyncio.Event()
         self.notifier = sdnotify.SystemdNotifier()
         self.started = time.time()
-        self.rt: Runtime | None = None
-        self.watcher: ChangeWatcher | None = None
-        self.gaps: GapService | NoGaps = NoGaps()  # absent features are null objects: no `is None` checks
-        self.capture: CredentialCapture | NoCapture = NoCapture()
-        self.metrics = DaemonMetrics(self)
+        self.metrics = DaemonMetrics()
         self._signals = 0
-        self._said_no_agents = False
-        self.ready = False  # READY=1 sent: the HTTP API answers (before that, 503 "daemon starting")
-        self.local_token = ""  # the CLI's token, published in the data dir (api.publish_http)
-        self.http_port: int | None = None
         self.owner = OwnerLock(config.data_dir)
         self.problems = ProblemLog(config.state_dir)  # paths that cannot be followed (status, doctor)
 
     # -- lifecycle -------------------------------------------------------------------------------
 
     async def run(self) -> int:
-        """Start (data dir ownership, HTTP port, store and model, cursors, watches), run until a stop signal,
-        stop in order. A start-up failure closes everything opened so far before it propagates
-        (`owner.StartupError`: one line and its own exit code)."""
-        loop = asyncio.get_running_loop()
-        state_dir = self.config.state_dir
-        if not state_dir.is_dir():
-            log.warning("state_dir_missing", path=str(state_dir), hint="waiting for OpenClaw to create it")
+        """Signals, start-up (data dir ownership, HTTP port, store and model, cursors, watches), the main loop
+        until a stop signal, shutdown. Everything start-up opens goes on one exit stack, so shutdown closes it
+        in reverse, a start-up that fails half-way included (`owner.StartupError`: one line and its own exit
+        code)."""
+        self._handle_signals()
+        async with contextlib.AsyncExitStack() as opened:  # closed in reverse, whatever happens
+            running = await self._start(opened)
+            if running is None:
+                return 0  # stopped while waiting for the data dir or the store
+            drained = await running.main_loop()
+        log.info("daemon_stopped", drained=drained, stored=running.rt.sink.stats.stored)
+        return 0
+
+    def _handle_signals(self) -> None:
         # Signals first: a SIGTERM during a long start-up (model load, store migration) stops cleanly after it.
+        loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_stop_signal)
         loop.add_signal_handler(signal.SIGHUP, self._on_reload)
-        async with contextlib.AsyncExitStack() as opened:  # closed in reverse, whatever happens
-            if not await self._take_ownership():
-                return 0  # stopped while waiting for the data dir
-            opened.callback(self.owner.release)
-            http = None if self.once or not self.config.http.enabled else await start_http(self)
-            if http is not None:
-                opened.push_async_callback(http.cleanup)  # idempotent: also called early when stopping
-            self.rt = await self._open_with_retry()
-            if self.rt is None:
-                return 0
-            rt = self.rt
-            opened.push_async_callback(self._close_runtime)
-            self.gaps = GapService.open(self.config, on_detected=self.metrics.record_gap_detected)
-            opened.push_async_callback(self.gaps.close)
-            self.capture = (CredentialCapture(self.config, redact_key=rt.redact_key)
-                            if self.config.credentials.enabled else NoCapture())
-            self.watcher = ChangeWatcher(state_dir, self.hint, force_polling=self.config.watch.force_polling,
-                                         poll_interval=self.config.watch.poll_interval)
-            opened.callback(self.watcher.stop)
-            if not self.once:
-                self.watcher.start(loop)
-            sink_task = asyncio.create_task(rt.sink.run(), name="sink")
-            self.ready = True
-            if http is not None:
-                opened.callback(unpublish_http, self)
-                publish_http(self, http)
-            self.notifier.notify("READY=1")
-            log.info("daemon_ready", state_dir=str(state_dir), data_dir=str(self.config.data_dir),
-                     embedder=rt.embedder.name, store=self.config.store.url or "embedded",
-                     watcher=self.watcher.mode, once=self.once,
-                     http=f"{self.config.http.host}:{self.http_port}" if http else None)
-            tasks = [asyncio.create_task(self._sweep_loop(), name="sweep"),
-                     asyncio.create_task(self._store_upkeep(), name="store-upkeep")]
-            if not self.once:
-                tasks.append(asyncio.create_task(self._housekeeping(), name="housekeeping"))
-            elif sys.stderr.isatty():
-                tasks.append(asyncio.create_task(self._progress_bar(), name="progress"))
-            try:
-                await self.stop_event.wait()
-            finally:
-                self.notifier.notify("STOPPING=1")
-                log.info("daemon_stopping")
-                for task in tasks:
-                    task.cancel()
-                for task in tasks:
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
-                self.watcher.stop()
-                drained = await rt.sink.drain(timeout=20)
-                rt.sink.stopping = True
-                await rt.sink.make_durable()  # one try: the cursors of what was stored, once it is flushed
-                sink_task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await sink_task
-                if http is not None:  # no request reaches the store once it closes
-                    unpublish_http(self)
-                    await http.cleanup()
-        log.info("daemon_stopped", drained=drained, stored=rt.sink.stats.stored)
-        return 0
+
+    async def _start(self, opened: contextlib.AsyncExitStack) -> Running | None:
+        """Open everything in order, each closer pushed on `opened` as soon as its thing is open; then READY=1.
+        None: stopped while waiting for the data dir or the store."""
+        config = self.config
+        state_dir = config.state_dir
+        if not state_dir.is_dir():
+            log.warning("state_dir_missing", path=str(state_dir), hint="waiting for OpenClaw to create it")
+        if not await self._take_ownership():
+            return None
+        opened.callback(self.owner.release)
+        http = await start_http(config) if config.http.enabled and not self.once else NoHttp()
+        opened.push_async_callback(http.cleanup)  # idempotent: also called before the store closes
+        rt = await self._open_with_retry()
+        if rt is None:
+            return None
+        opened.push_async_callback(rt.close)
+        gaps = GapService.open(config, on_detected=self.metrics.record_gap_detected)
+        opened.push_async_callback(gaps.close)
+        opened.push_async_callback(http.cleanup)  # no request reaches the store or the gaps once they close
+        capture = (CredentialCapture(config, redact_key=rt.redact_key) if config.credentials.enabled
+                   else NoCapture())
+        watcher = ChangeWatcher(state_dir, self.hint, force_polling=config.watch.force_polling,
+                                poll_interval=config.watch.poll_interval)
+        opened.callback(watcher.stop)
+        if not self.once:
+            watcher.start(asyncio.get_running_loop())
+        sink_task = asyncio.create_task(rt.sink.run(), name="sink")
+        opened.push_async_callback(_cancelled, sink_task)  # a no-op after the main loop's shutdown
+        running = Running(config, rt, watcher, gaps, capture, self.metrics, self.problems, self.notifier,
+                          self.stop_event, self.hint, sink_task, once=self.once, started=self.started)
+        self.metrics.attach(rt.sink.stats, running.snapshot, embedder=rt.embedder.name,
+                            store="server" if config.store.url else "embedded")
+        http.serve(running)
+        opened.callback(http.unpublish, config)
+        http.publish(config)
+        self.notifier.notify("READY=1")
+        log.info("daemon_ready", state_dir=str(state_dir), data_dir=str(config.data_dir),
+                 embedder=rt.embedder.name, store=config.store.url or "embedded",
+                 watcher=watcher.mode, once=self.once,
+                 http=f"{config.http.host}:{http.port}" if http.port is not None else None)
+        return running
 
     async def _take_ownership(self) -> bool:
         """The data dir's owner lock (`owner.py`). Held by a CLI command that opened the store itself: wait
@@ -234,19 +244,6 @@ class Daemon:
                     await self.stop_event.wait()
         return False
 
-    async def _close_runtime(self) -> None:
-        """Close what `open_runtime` opened: readers first, then the store (in its thread), then the rest."""
-        rt = self.rt
-        if rt is None:
-            return
-        rt.sink.stopping = True
-        await asyncio.to_thread(rt.sink.close_readers)
-        await rt.sink.in_store_thread(rt.sink.store.close)
-        rt.sink.close()
-        rt.tailer.close()
-        rt.sqlite.close()
-        rt.cursors.close()
-
     async def _open_with_retry(self) -> Runtime | None:
         """A Qdrant server that is down at start-up is waited for, and so is an embedded store another process
         holds (a lock: `WouldBlock`); any other embedded store error is final. None: stopped while waiting."""
@@ -254,7 +251,7 @@ class Daemon:
         attempt = 0
         while True:
             try:
-                return await asyncio.to_thread(open_runtime, self.config, self.commit_batch, self.wrap_store,
+                return await asyncio.to_thread(open_runtime, self.config, commit_batch, self.wrap_store,
                                                self.metrics.observe_store_latency, self.problems)
             except StoreError as exc:
                 held = not self.config.store.url and _store_locked(exc)
@@ -297,10 +294,80 @@ class Daemon:
             log.error("config_reload_failed", error=str(exc))
         self.notifier.notify("READY=1")
 
+
+async def _cancelled(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+@dataclass(eq=False)
+class Running:
+    """The started daemon: what start-up opened, the main loop (sweep, store upkeep, housekeeping or the
+    backfill's progress bar) and its shutdown (drain, make durable), and what the HTTP API asks of the daemon
+    (`http.port.Served`). Created once everything it uses is open: nothing in it is ever None."""
+
+    config: Config
+    rt: Runtime
+    watcher: ChangeWatcher
+    gaps: GapService | NoGaps  # absent features are null objects: no `is None` checks
+    capture: CredentialCapture | NoCapture
+    metrics: DaemonMetrics
+    problems: ProblemLog
+    notifier: sdnotify.SystemdNotifier
+    stop_event: asyncio.Event
+    hint: asyncio.Event
+    sink_task: asyncio.Task[None]
+    once: bool = False  # backfill: one pass over everything, then exit
+    started: float = 0.0  # time.time() at the daemon's start
+    _said_no_agents: bool = False
+
+    async def main_loop(self) -> bool:
+        """Run until a stop signal (or the backfill's end), then stop in order: the loop's tasks, the watcher,
+        the sink drained and flushed (the cursors of what was stored move). True if the queue drained."""
+        tasks = [asyncio.create_task(self._sweep_loop(), name="sweep"),
+                 asyncio.create_task(self._store_upkeep(), name="store-upkeep")]
+        if not self.once:
+            tasks.append(asyncio.create_task(self._housekeeping(), name="housekeeping"))
+        elif sys.stderr.isatty():
+            tasks.append(asyncio.create_task(self._progress_bar(), name="progress"))
+        sink = self.rt.sink
+        try:
+            await self.stop_event.wait()
+        finally:
+            self.notifier.notify("STOPPING=1")
+            log.info("daemon_stopping")
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            self.watcher.stop()
+            drained = await sink.drain(timeout=20)
+            sink.stopping = True
+            await sink.make_durable()  # one try: the cursors of what was stored, once it is flushed
+            await _cancelled(self.sink_task)
+        return drained
+
+    # -- what the HTTP API asks (http.port.Served) -------------------------------------------------
+
+    @property
+    def memory(self) -> Sink:
+        return self.rt.sink
+
+    @property
+    def redact_key(self) -> bytes:
+        return self.rt.redact_key
+
+    async def status(self) -> dict[str, Any]:
+        return await daemon_status(self)
+
+    def metrics_text(self) -> bytes:
+        return self.metrics.render()
+
     # -- the sweep: the source of truth ------------------------------------------------------------
 
     async def _sweep_loop(self) -> None:
-        assert self.rt is not None
         interval = self.config.watch.sweep_interval
         wait = interval  # the safety sweep's current period: doubles while inotify reports nothing (issue 16)
         last_flush = -CREDENTIAL_FLUSH_INTERVAL
@@ -341,14 +408,13 @@ class Daemon:
         to `sweep_max_interval`, so an idle daemon's cost does not grow with the files it watches."""
         base = self.config.watch.sweep_interval
         watcher = self.watcher
-        if hinted or self.once or watcher is None or watcher.mode != "inotify" or not watcher.healthy():
+        if hinted or self.once or watcher.mode != "inotify" or not watcher.healthy():
             return base
         return max(base, min(wait * 2, self.config.watch.sweep_max_interval))
 
     async def sweep_once(self) -> bool:
         """Stat everything, read every file with new bytes to its last newline. True if anything was read."""
         rt = self.rt
-        assert rt is not None
         self.problems.begin_sweep()
         agents = list(iter_agents(self.config.state_dir, self.problems))
         if not agents and not self._said_no_agents:  # a mistyped state dir must not look like a quiet one
@@ -379,15 +445,13 @@ class Daemon:
         for agent_id, end in ends:
             await self._conversation_ended(agent_id, end)
         self.problems.end_sweep()  # what this whole sweep did not meet again is resolved
-        if self.watcher is not None:
-            self.watcher.refresh()
+        self.watcher.refresh()
         return busy
 
     async def _read_archives(self, agents: Sequence[AgentDirs]) -> bool:
         """Compressed archives not read yet (sources/archives.py): each read whole, stored, then its session's
         last conversation ended. True if any was read."""
         rt = self.rt
-        assert rt is not None
         found = await asyncio.to_thread(rt.archives.sweep, agents)
         loop = asyncio.get_running_loop()
         for agent, path, key, kind in found:
@@ -398,11 +462,10 @@ class Daemon:
             state = SessionState(None)
             out = await asyncio.to_thread(self._transform, unit.records, state, stem)
             self._log_transformed((), out, unit.path)
-            work = Work(out.chunks, unit, done=loop.create_future(), source=rt.archives)
-            await rt.sink.queue.put(work)
-            assert work.done is not None
+            done = loop.create_future()
+            await rt.sink.queue.put(Work(out.chunks, unit, done=done, source=rt.archives))
             try:
-                await work.done
+                await done
             except (asyncio.CancelledError, Exception):  # not stored (shutting down): read again next start
                 continue
             await self._conversation_ended(agent.agent_id, ConversationEnd(
@@ -417,8 +480,6 @@ class Daemon:
 
     async def _poll_sqlite_sources(self, agents: Sequence[AgentDirs]) -> bool:
         """Poll each agent's SQLite store; wait for each poll's work to be committed before the next."""
-        rt = self.rt
-        assert rt is not None
         busy = False
         loop = asyncio.get_running_loop()
         for agent in agents:
@@ -433,7 +494,6 @@ class Daemon:
 
     async def _poll_sqlite_agent(self, agent: AgentDirs, loop: asyncio.AbstractEventLoop) -> bool:
         rt = self.rt
-        assert rt is not None
         busy = False
         while True:
             poll = await asyncio.to_thread(rt.sqlite.poll, agent.sqlite, agent.agent_id)
@@ -453,7 +513,6 @@ class Daemon:
 
     def _transform_sqlite(self, poll: SqlitePoll) -> list[Work]:
         rt = self.rt
-        assert rt is not None
         works = []
         for batch in poll.batches:
             state = rt.sqlite.session_state(poll.db_path, batch)
@@ -464,7 +523,6 @@ class Daemon:
         return works
 
     def _transform(self, records: Sequence[RawRecord], state: SessionState, fallback_session: str) -> Transformed:
-        assert self.rt is not None
         emb = self.config.embedding
         out = transform_records(records, state, fallback_session=fallback_session, redact_key=self.rt.redact_key,
                                 max_line_bytes=self.config.watch.max_line_bytes, chunk_chars=emb.chunk_chars,
@@ -476,21 +534,15 @@ class Daemon:
 
     def _read_and_transform(self, tracked: TrackedFile) -> Work | None:
         rt = self.rt
-        assert rt is not None
         unit = rt.tailer.read(tracked)
         if unit is None:
             return None
         cursor = unit.cursor_after  # also the tailer's read-ahead state: the session facts carry on
-        state = SessionState(cursor.session_id, cursor.session_kind, cursor.last_entry_ts,
-                             restore_turn(cursor.turn), cursor.previous_text)
-        out = self._transform(unit.records, state, session_stem(cursor.path))
-        cursor.session_id, cursor.session_kind, cursor.last_entry_ts, cursor.turn, cursor.previous_text = (
-            state.session_id, state.session_kind, state.last_entry_ts, state.turn, state.previous_text)
+        out = self._transform(unit.records, cursor.session, session_stem(cursor.path))
         self._log_transformed(unit.too_long, out, cursor.path)
         return Work(out.chunks, unit, unit.at_eof, source=rt.tailer)
 
     def _log_transformed(self, too_long: Sequence[SourceRef], out: Transformed, source: str) -> None:
-        assert self.rt is not None
         stats = self.rt.sink.stats
         for ref in too_long:
             log.warning("line_invalid", file=ref.path, line=ref.line, offset=ref.offset, reason="line_too_long")
@@ -505,19 +557,8 @@ class Daemon:
             log.info("secret_redacted", agent=found.agent_id, session=found.session_id, rule=found.finding.rule,
                      fingerprint=found.finding.fingerprint, location=found.location.render())
 
-    def commit_batch(self, batch: Sequence[Work]) -> None:
-        """Runs (in a thread) once the store has every chunk of `batch`: each source commits its own units
-        (Vector's finalizers: the sink says "delivered", the source knows its cursor), in batch order."""
-        by_source: dict[int, tuple[Committer, list[object]]] = {}
-        for work in batch:
-            if work.source is not None:
-                by_source.setdefault(id(work.source), (work.source, []))[1].append(work.unit)
-        for source, units in by_source.values():
-            source.commit(units)
-
     async def _housekeeping(self) -> None:
         """Watchdog pings from the pipeline's own heartbeat, STATUS lines, periodic summaries."""
-        assert self.rt is not None and self.watcher is not None
         sink = self.rt.sink
         last_summary = time.monotonic()
         last_stored = seen_stored = 0
@@ -550,7 +591,6 @@ class Daemon:
 
     async def _store_upkeep(self) -> None:
         """Durability by time, the growing segment optimized, the memory budget (pipeline.Sink.upkeep)."""
-        assert self.rt is not None
         while True:
             await asyncio.sleep(1.0)
             try:
@@ -602,17 +642,14 @@ class Daemon:
         bar (snapshot.py). In-memory state only: cheap enough for every request and every second."""
         rt = self.rt
         watcher = self.watcher
-        if rt is None:
-            return Snapshot(ready=False, store_up=False, watcher_mode=None)
         files = list(rt.tailer.files.values())  # one C-level copy: the sweep thread may add files meanwhile
         lag: dict[str, int] = {}
         for tracked in files:
             lag[tracked.committed.agent_id] = lag.get(tracked.committed.agent_id, 0) + tracked.backlog
         stats = rt.sink.stats
         return Snapshot(
-            ready=self.ready, store_up=stats.store_down_since is None,
-            watcher_mode=watcher.mode if watcher is not None else None,
-            watcher_fallback_reason=watcher.fallback_reason if watcher is not None else "",
+            ready=True, store_up=stats.store_down_since is None,
+            watcher_mode=watcher.mode, watcher_fallback_reason=watcher.fallback_reason,
             files=len(files), lag_bytes=lag,
             in_flight_bytes=sum(max(0, t.read.offset - t.committed.offset) for t in files),
             total_bytes=sum(t.size for t in files),
@@ -628,6 +665,7 @@ class Daemon:
         return (f"agents={snap.agents} files={snap.files} entries/s={rate:.1f} backlog={snap.backlog_bytes}B "
                 f"in_flight={snap.in_flight_bytes}B sqlite_lag={snap.sqlite_lag_rows} gaps={len(snap.open_gaps)} "
                 f"stored={snap.stored} queue={snap.queue} store={'ok' if snap.store_up else 'down'}")
+
 
 
 def _store_locked(exc: StoreError) -> bool:

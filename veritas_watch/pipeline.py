@@ -13,7 +13,6 @@ import asyncio
 import dataclasses
 import functools
 import hashlib
-import os
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
@@ -24,6 +23,7 @@ from typing import Any, Protocol, TypeVar
 import structlog
 
 from veritas_watch.embedding import Embedder, cross_language_of
+from veritas_watch.footprint import Footprint, footprint, rss_mb
 from veritas_watch.model import (
     Chunk,
     ConversationEnd,
@@ -261,6 +261,9 @@ def store_meta(embedder: Embedder) -> StoreMeta:
                           (f"{xling.name}#{XLING_SCHEME}", xling.dim) if xling is not None else None)
 
 
+RELEASE_AT = 0.8  # of the memory budget: releases start below it, so that what grows between two stays under it
+
+
 @dataclass(frozen=True)
 class Upkeep:
     """When the sink makes stored points durable (and commits their cursors), optimizes, releases memory."""
@@ -271,16 +274,8 @@ class Upkeep:
     segment_points: int = 10_000  # the growing segment is optimized at this size
     settle_points: int = 1000  # ... or at this size once the sink has been idle `settle_seconds` (a backfill ended)
     settle_seconds: float = 3.0
-    memory_budget_mb: int = 0  # 0: none; over it, the store's mappings are released (at most once a minute)
-
-
-def rss_mb() -> float:
-    """Resident memory of this process (anonymous and mapped files), MB."""
-    try:
-        with open("/proc/self/statm") as statm:
-            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-    except (OSError, ValueError, IndexError):
-        return 0.0
+    memory_budget_mb: int = 0  # 0: none; over it, the store's mapped pages are released
+    release_interval: float = 0.25  # seconds between two releases
 
 
 @dataclass
@@ -314,7 +309,9 @@ class Sink:
         self._since_optimize = 0  # points written since the last optimize
         self._last_flush = time.monotonic()
         self._last_write = 0.0
-        self._last_release = -1e9
+        self._next_release = 0.0  # monotonic time the memory budget is checked next
+        self._floor = Footprint()  # memory left after the last release: what a release could not give back
+        self._last_release_log = -1e9
         self._durable_lock = asyncio.Lock()
         self._commit_batch = commit_batch
         self.embedder = embedder
@@ -350,8 +347,11 @@ class Sink:
 
     async def in_read_thread(self, fn: Callable[[], T]) -> T:
         """Store reads for callers (search, export, status counts), beside the write path's store thread
-        (both stores take concurrent reads and writes: Qdrant Edge's shard and qdrant-client)."""
-        return await asyncio.get_running_loop().run_in_executor(self._read_thread, fn)
+        (both stores take concurrent reads and writes: Qdrant Edge's shard and qdrant-client). Reads map store
+        pages in, so the memory budget is looked after right behind them, not only at the next upkeep."""
+        result = await asyncio.get_running_loop().run_in_executor(self._read_thread, fn)
+        await self._keep_to_budget(time.monotonic())
+        return result
 
     async def run(self) -> None:
         while True:
@@ -514,17 +514,36 @@ class Sink:
                 self.stats.optimizes += 1
                 log.info("store_optimized", points=points, seconds=round(time.perf_counter() - started, 2),
                          rss_mb=round(rss_mb()))
-        budget = policy.memory_budget_mb
-        if budget and now - self._last_release >= 60 and (before := rss_mb()) > budget:
-            self._last_release = now
-            try:
-                await self.in_store_thread(self.store.release_memory)
+        await self._keep_to_budget(now)
+
+    async def _keep_to_budget(self, now: float) -> None:
+        """Give back what is only a cache before resident memory reaches `memory_budget_mb`: pages of the
+        store's mapped files (the libraries and model files stay mapped) and heap freed since (an
+        optimization's buffers), when either grew since the last release. A release takes milliseconds, so
+        it may follow the searches that map store pages back in (after each read, at most every `release_interval`)."""
+        budget = self.upkeep_policy.memory_budget_mb
+        if not budget or now < self._next_release:
+            return
+        before = footprint()
+        grown = max(before.file_backed - self._floor.file_backed, before.anonymous - self._floor.anonymous)
+        if before.resident > budget * RELEASE_AT and grown >= 16:
+            self._next_release = now + self.upkeep_policy.release_interval
+            try:  # on the read thread: the write path's store thread may be busy with a batch
+                await asyncio.get_running_loop().run_in_executor(self._read_thread, self.store.release_memory)
             except Exception as exc:
                 log.error("store_release_failed", error=f"{type(exc).__name__}: {exc}"[:300])
             self.stats.memory_releases += 1
-            after = rss_mb()
-            (log.warning if after > budget else log.info)(
-                "memory_over_budget", budget_mb=budget, rss_mb=round(before), after_release_mb=round(after))
+            after = self._floor = footprint()
+            if now - self._last_release_log >= 60:  # one line a minute says it is happening
+                self._last_release_log = now
+                (log.warning if after.resident > budget else log.info)(
+                    "memory_over_budget" if after.resident > budget else "memory_released", budget_mb=budget,
+                    rss_mb=round(before.resident), after_release_mb=round(after.resident),
+                    file_backed_mb=round(after.file_backed))
+        elif before.resident > budget and now - self._last_release_log >= 60:
+            self._last_release_log = now  # nothing grew that a release could give back: the model, the RAM part
+            log.warning("memory_over_budget", budget_mb=budget, rss_mb=round(before.resident),
+                        after_release_mb=None, file_backed_mb=round(before.file_backed))
 
     def _not_yet_stored(self, chunks: list[Chunk]) -> list[Chunk]:
         """Drop chunks the store already holds with identical payload: a replay costs no embedding."""

@@ -1,5 +1,5 @@
 """One picture of the running daemon. `status`, `/health`, `/metrics`, systemd's STATUS line and the
-backfill progress bar all render the same `Snapshot` (`Daemon.snapshot()`), so "is the store up?" or
+backfill progress bar all render the same `Snapshot` (`daemon.Running.snapshot()`), so "is the store up?" or
 "how far behind are we?" has one answer, computed in one place. A leaf: it imports nothing of ours
 but the gap record's type.
 """

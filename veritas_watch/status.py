@@ -16,7 +16,7 @@ from veritas_watch.sources.cursors import FileCursor
 from veritas_watch.sources.sqlite_feed import SqliteSource
 
 if TYPE_CHECKING:
-    from veritas_watch.daemon import Daemon
+    from veritas_watch.daemon import Running
     from veritas_watch.features.gaps import Gap
     from veritas_watch.sinks.store import Store
 
@@ -53,7 +53,7 @@ def agents_from_cursors(cursors: Iterable[tuple[FileCursor, int | None]],
         return agent
 
     for cursor, size in cursors:
-        agent = saw(cursor.agent_id, cursor.session_id, cursor.last_entry_ts)
+        agent = saw(cursor.agent_id, cursor.session.session_id, cursor.session.last_entry_ts)
         agent["files"] += 1
         agent["lag_bytes"] += max(0, (size if size is not None else cursor.offset) - cursor.offset)
     for source in sqlite:
@@ -61,8 +61,8 @@ def agents_from_cursors(cursors: Iterable[tuple[FileCursor, int | None]],
         agent["lag_rows"] += source.lag_rows
         for sid, state in source.states.items():
             # A deleted session is no session any more, but its memories (and their time) stay.
-            session = None if state.get("vanished") else state.get("point_session_id") or sid
-            saw(source.agent_id, session, state.get("last_entry_ts"))
+            session = None if state.vanished else state.session.session_id or sid
+            saw(source.agent_id, session, state.session.last_entry_ts)
     for agent_id, ids in sessions.items():
         agents[agent_id]["sessions"] = len(ids)
     return agents
@@ -107,9 +107,9 @@ def saved_open_gaps(data_dir: Path) -> list[Gap]:
         return store.open_gaps()
 
 
-async def daemon_status(daemon: Daemon) -> dict[str, Any]:
+async def daemon_status(daemon: Running) -> dict[str, Any]:
+    """The running daemon's status JSON (`GET /status`): its snapshot, plus what only `status` shows."""
     rt = daemon.rt
-    assert rt is not None
     tracked = [(t.committed, t.size) for t in list(rt.tailer.files.values())]
     agents = agents_from_cursors(tracked, rt.sqlite.sources())
     with contextlib.suppress(TimeoutError):  # a hung store write must not hang `status`: counts left empty

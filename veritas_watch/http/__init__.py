@@ -5,7 +5,10 @@
 - `access.py`: who may ask what (Host and Origin checks, JSON only, tokens, the agents a caller may read);
 - `memory.py`: the memory routes (`/memory/search`, `/memory/context`, `/memory/get`, `/memory/add`, `/search`);
 - `selftest.py`: `/selftest/cleanup`, the daemon's half of `veritas-watch selftest`;
-- `requests.py`: what routes share (the app's daemon, checked JSON bodies, UTF-8 JSON answers). A leaf.
+- `requests.py`: what routes share (the gate to the running daemon, checked JSON bodies, UTF-8 JSON answers).
+  A leaf;
+- `port.py`: what the routes ask of the daemon, as typed protocols (`Served`, `Memory`, `Capture`), which
+  `daemon.Running` implements: the package imports nothing of the daemon. A leaf.
 
 The client side (finding the daemon, calling it) is `veritas_watch/client.py`.
 """

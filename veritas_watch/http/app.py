@@ -10,9 +10,11 @@ memory routes are `memory.py`'s, the selftest's cleanup `selftest.py`'s, shared 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import secrets
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -20,13 +22,15 @@ from aiohttp import web
 
 from veritas_watch.http.access import Tokens, agent_param, bound_to_loopback, make_guard, request_access
 from veritas_watch.http.memory import add_memory_routes
-from veritas_watch.http.requests import DAEMON_KEY, BadRequest, daemon_of, json_answer
+from veritas_watch.http.requests import GATE_KEY, BadRequest, Gate, json_answer, served_of
 from veritas_watch.http.selftest import cleanup_handler
 from veritas_watch.owner import PortTaken, StartupError, write_local_token
 from veritas_watch.selftest import SELFTEST_AGENT
+from veritas_watch.status import scope_status
 
 if TYPE_CHECKING:
-    from veritas_watch.daemon import Daemon
+    from veritas_watch.config import Config
+    from veritas_watch.http.port import Served
 
 log = structlog.get_logger()
 @web.middleware
@@ -53,9 +57,8 @@ async def errors_middleware(request: web.Request, handler: Any) -> web.StreamRes
 @web.middleware
 async def starting_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
     """While the daemon starts (the port is bound first) every route but /health answers 503."""
-    if not daemon_of(request).ready and request.path != "/health":
-        raise web.HTTPServiceUnavailable(text=json.dumps({"error": "daemon starting"}), content_type="application/json",
-                                         headers={"Retry-After": "2"})
+    if request.path != "/health":
+        served_of(request)
     response: web.StreamResponse = await handler(request)
     return response
 
@@ -96,7 +99,10 @@ def _scope(request: web.Request) -> str | None:
 
 async def health(request: web.Request) -> web.Response:
     """Liveness and the store's state (503 while starting), from the daemon's snapshot."""
-    snap = daemon_of(request).snapshot()
+    served = request.app[GATE_KEY].served
+    if served is None:
+        return json_answer({"status": "starting"}, status=503)
+    snap = served.snapshot()
     if not snap.ready:
         return json_answer({"status": snap.status}, status=503)
     return json_answer({"status": snap.status, "store": "ok" if snap.store_up else "down",
@@ -105,23 +111,19 @@ async def health(request: web.Request) -> web.Response:
 
 async def status(request: web.Request) -> web.Response:
     """The status JSON: every agent for a caller allowed all, else one agent's part (`?agent=ID`)."""
-    from veritas_watch.status import daemon_status, scope_status
-
     agent = _scope(request)
-    full = await daemon_status(daemon_of(request))
+    full = await served_of(request).status()
     return json_answer(full if agent is None else scope_status(full, agent))
 
 
 async def export(request: web.Request) -> web.StreamResponse:
     """Stored points as JSON lines (`id`, `payload`), streamed page by page: one agent (`?agent=ID`), or
     every agent for a caller allowed all."""
-    daemon = daemon_of(request)
-    assert daemon.rt is not None
-    sink = daemon.rt.sink
+    memory = served_of(request).memory
     agent = _scope(request)
     response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
     await response.prepare(request)
-    pages = sink.store.scroll(agent_id=agent)
+    pages = memory.store.scroll(agent_id=agent)
 
     def next_page(size: int = 256) -> list[str]:
         lines = []
@@ -131,7 +133,7 @@ async def export(request: web.Request) -> web.StreamResponse:
                 break
         return lines
 
-    while lines := await sink.in_read_thread(next_page):
+    while lines := await memory.in_read_thread(next_page):
         await response.write(("\n".join(lines) + "\n").encode())
     await response.write_eof()
     return response
@@ -141,31 +143,77 @@ async def metrics(request: web.Request) -> web.Response:
     """GET /metrics: the Prometheus text exposition format (in-memory state only: it runs on the loop)."""
     from prometheus_client import CONTENT_TYPE_LATEST
 
-    return web.Response(body=daemon_of(request).metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+    return web.Response(body=served_of(request).metrics_text(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
-def make_app(daemon: Daemon) -> web.Application:
-    tokens = Tokens(daemon.config.http, daemon.local_token)
-    guard = make_guard(daemon.config.http, tokens, lambda: daemon.http_port)
+def make_app(config: Config, local_token: str, gate: Gate) -> web.Application:
+    tokens = Tokens(config.http, local_token)
+    guard = make_guard(config.http, tokens, lambda: gate.port)
     app = web.Application(middlewares=[errors_middleware, guard, starting_middleware, policy_middleware],
                           client_max_size=4 * 1024 * 1024)
-    app[DAEMON_KEY] = daemon
+    app[GATE_KEY] = gate
     app.router.add_get("/health", health)
     app.router.add_get("/status", status)
-    add_memory_routes(app, daemon)  # /search and the plugins' /memory/search, /memory/context, /memory/add
+    add_memory_routes(app, config)  # /search and the plugins' /memory/search, /memory/context, /memory/add
     app.router.add_get("/export", export)
     app.router.add_get("/metrics", metrics)
     app.router.add_post("/selftest/cleanup", cleanup_handler)  # deletes agent veritas-selftest's points only
     return app
 
 
-async def start_http(daemon: Daemon) -> web.AppRunner:
+@dataclass
+class HttpApi:
+    """The bound API: where it listens, the CLI's token, and the gate through which it reaches the daemon."""
+
+    runner: web.AppRunner
+    gate: Gate
+    local_token: str  # the CLI's token, published in the data dir (`publish_http`)
+    host: str
+    port: int
+
+    def serve(self, served: Served) -> None:
+        """Start-up finished: the routes answer from the running daemon (until now: 503 "daemon starting")."""
+        self.gate.served = served
+
+    async def cleanup(self) -> None:
+        """Stop answering (idempotent: start-up failing half-way and shutdown both call it)."""
+        await self.runner.cleanup()
+
+    def publish(self, config: Config) -> None:
+        publish_http(config, self)
+
+    def unpublish(self, config: Config) -> None:
+        unpublish_http(config)
+
+
+class NoHttp:
+    """The API switched off (`http.enabled = false`) or not wanted (a backfill): nothing listens, nothing is
+    published. A null object: start-up and shutdown read the same either way."""
+
+    port: int | None = None
+
+    def serve(self, served: Served) -> None:
+        pass
+
+    async def cleanup(self) -> None:
+        pass
+
+    def publish(self, config: Config) -> None:
+        pass
+
+    def unpublish(self, config: Config) -> None:
+        pass
+
+
+async def start_http(config: Config) -> HttpApi:
     """Bind the port (first thing at start-up: a taken port fails before anything else is opened). Until
-    `publish_http` the daemon answers 503 "daemon starting" and no client knows where it is."""
-    daemon.local_token = secrets.token_urlsafe(32)
-    runner = web.AppRunner(make_app(daemon), access_log=None)
+    `HttpApi.serve` the daemon answers 503 "daemon starting", and until `publish_http` no client knows where
+    it is."""
+    local_token = secrets.token_urlsafe(32)
+    gate = Gate()
+    runner = web.AppRunner(make_app(config, local_token, gate), access_log=None)
     await runner.setup()
-    http = daemon.config.http
+    http = config.http
     site = web.TCPSite(runner, http.host, http.port, reuse_address=True)
     try:
         await site.start()
@@ -177,27 +225,24 @@ async def start_http(daemon: Daemon) -> web.AppRunner:
         await runner.cleanup()
         raise StartupError(f"http.host {http.host!r} bound to a non-loopback address without a token")
     host, port = runner.addresses[0][:2]
-    daemon.http_port = int(port)
+    gate.port = int(port)
     log.info("http_listening", host=host, port=port)
-    return runner
+    return HttpApi(runner, gate, local_token, str(host), int(port))
 
 
-def publish_http(daemon: Daemon, runner: web.AppRunner) -> None:
+def publish_http(config: Config, api: HttpApi) -> None:
     """Tell clients where the ready daemon is: `daemon.json` (pid, host, port) and its local token (0600)."""
-    host, port = runner.addresses[0][:2]
-    data_dir = daemon.config.data_dir
-    write_local_token(data_dir, daemon.local_token)
+    data_dir = config.data_dir
+    write_local_token(data_dir, api.local_token)
     # Where the CLI finds us (the port may be 0 = "any free one" in tests).
-    info = {"pid": os.getpid(), "host": host, "port": port}
+    info = {"pid": os.getpid(), "host": api.host, "port": api.port}
     path = data_dir / "daemon.json"
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(info))
     tmp.replace(path)
 
 
-def unpublish_http(daemon: Daemon) -> None:
-    import contextlib
-
+def unpublish_http(config: Config) -> None:
     for name in ("daemon.json", "http.token"):
         with contextlib.suppress(OSError):
-            (daemon.config.data_dir / name).unlink()
+            (config.data_dir / name).unlink()

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from aiohttp import web
 
-from veritas_watch.http.requests import BadRequest, daemon_of, field, json_answer, json_body
+from veritas_watch.http.requests import BadRequest, field, json_answer, json_body, served_of
 from veritas_watch.model import Entry, SourceRef, iso_to_epoch
 from veritas_watch.pipeline import Found, make_points
 from veritas_watch.query import (
@@ -42,7 +42,8 @@ from veritas_watch.transforms.chunk import chunk_entry
 from veritas_watch.transforms.redact import redact_with_matches
 
 if TYPE_CHECKING:
-    from veritas_watch.daemon import Daemon
+    from veritas_watch.config import Config
+    from veritas_watch.http.port import Served
 
 log = structlog.get_logger()
 GUARD_KEY = web.AppKey("search_loop_guard", SearchLoopGuard)
@@ -84,7 +85,7 @@ def _bool(body: dict[str, Any], name: str, default: bool) -> bool:
     return value
 
 
-def parse_request(daemon: Daemon, body: dict[str, Any], default_limit: int) -> MemoryRequest:
+def parse_request(daemon: Served, body: dict[str, Any], default_limit: int) -> MemoryRequest:
     """The search request of a JSON body; BadRequest (400) with a message for anything wrong."""
     cfg = daemon.config.search
     agent_id = field(body, "agent_id", str, required=not cfg.allow_cross_agent)
@@ -100,8 +101,7 @@ def parse_request(daemon: Daemon, body: dict[str, Any], default_limit: int) -> M
     if mode not in ("dense", "sparse", "hybrid"):
         raise BadRequest("field mode must be dense, sparse or hybrid")
     since, until = _epoch(body, "since"), _epoch(body, "until")
-    assert daemon.rt is not None
-    floor = floor_for(daemon.rt.embedder, cfg.relevance_floor)
+    floor = floor_for(daemon.memory.embedder, cfg.relevance_floor)
     floor_field = body.get("floor")
     if floor_field is False:
         floor = None  # the operator's "show me anything" (`veritas-watch search --no-floor`)
@@ -113,12 +113,11 @@ def parse_request(daemon: Daemon, body: dict[str, Any], default_limit: int) -> M
                          _bool(body, "expand", cfg.expand_context), floor)
 
 
-async def _search(daemon: Daemon, request: MemoryRequest) -> list[MemoryHit]:
-    assert daemon.rt is not None
-    sink = daemon.rt.sink
-    vectors = await sink.in_query_thread(lambda: embed_request(sink.embedder, request))
+async def _search(daemon: Served, request: MemoryRequest) -> list[MemoryHit]:
+    memory = daemon.memory
+    vectors = await memory.in_query_thread(lambda: embed_request(memory.embedder, request))
     try:
-        return await sink.in_read_thread(lambda: run_search(sink.store, request, vectors))
+        return await memory.in_read_thread(lambda: run_search(memory.store, request, vectors))
     except StoreError as exc:
         log.error("search_failed", agent=request.agent_id, error=str(exc)[:300])
         raise _error(web.HTTPServiceUnavailable, "the store is not answering; retry later") from None
@@ -142,13 +141,13 @@ def _guard(request: web.Request, agent_id: str | None) -> str | None:
 
 
 async def search(request: web.Request) -> web.Response:
-    daemon = daemon_of(request)
+    daemon = served_of(request)
     query = parse_request(daemon, await json_body(request), 10)
     return json_answer([hit_to_result(h) for h in await _search(daemon, query)])
 
 
 async def memory_search(request: web.Request) -> web.Response:
-    daemon = daemon_of(request)
+    daemon = served_of(request)
     query = parse_request(daemon, await json_body(request), 10)
     hint = _guard(request, query.agent_id)
     results = [hit_to_result(h) for h in await _search(daemon, query)]
@@ -159,7 +158,7 @@ async def memory_search(request: web.Request) -> web.Response:
 
 
 async def memory_context(request: web.Request) -> web.Response:
-    daemon = daemon_of(request)
+    daemon = served_of(request)
     cfg = daemon.config.search
     query = parse_request(daemon, await json_body(request), cfg.context_limit)
     hint = _guard(request, query.agent_id)
@@ -183,7 +182,7 @@ async def memory_add(request: web.Request) -> web.Response:
     "knowledge" and the entry id a hash of the redacted text, so adding the same text twice
     overwrites one memory instead of making two.
     """
-    daemon = daemon_of(request)
+    daemon = served_of(request)
     body = await json_body(request)
     agent_id = field(body, "agent_id", str)
     text = field(body, "text", str)
@@ -197,14 +196,13 @@ async def memory_add(request: web.Request) -> web.Response:
     metadata = body.get("metadata")
     if metadata is not None and not isinstance(metadata, dict):
         raise BadRequest("field metadata must be a JSON object")
-    assert daemon.rt is not None
-    rt = daemon.rt
+    redact_key = daemon.redact_key
     # Every field a caller fills is redacted like the text (session id, metadata keys and values), and every
     # secret found anywhere is captured: nothing of it is stored, returned or logged.
     secrets_found: list[tuple[Any, Any]] = []
 
     def clean(value: str) -> str:
-        redacted, matches = redact_with_matches(value, rt.redact_key)
+        redacted, matches = redact_with_matches(value, redact_key)
         secrets_found.extend(zip(redacted.findings, matches, strict=True))
         return redacted.text
 
@@ -239,10 +237,10 @@ async def memory_add(request: web.Request) -> web.Response:
             payload["metadata"] = metadata
         items.append((chunk.point_id, chunk.embed_text, chunk.text, payload))
 
-    sink = rt.sink
-    points = await sink.in_query_thread(lambda: make_points(sink.embedder, items))  # not in the write path's queue
+    memory = daemon.memory
+    points = await memory.in_query_thread(lambda: make_points(memory.embedder, items))  # not in the write path's queue
     try:
-        await sink.in_store_thread(lambda: sink.store.upsert(points))
+        await memory.in_store_thread(lambda: memory.store.upsert(points))
     except StoreError as exc:
         log.error("memory_add_failed", agent=agent_id, error=str(exc)[:300])
         raise _error(web.HTTPServiceUnavailable, "the store did not acknowledge the write; retry later") from None
@@ -268,7 +266,7 @@ async def memory_get(request: web.Request) -> web.Response:
 
     from veritas_watch.sinks.store import Hit, SearchQuery
 
-    daemon = daemon_of(request)
+    daemon = served_of(request)
     body = await json_body(request)
     agent_id: str = field(body, "agent_id", str)
     memory_id: str = field(body, "id", str)
@@ -308,11 +306,10 @@ async def memory_get(request: web.Request) -> web.Response:
         ])
         return hit, turns(before)[::-1], turns(after)
 
-    assert daemon.rt is not None
-    sink = daemon.rt.sink
-    store = sink.store
+    memory = daemon.memory
+    store = memory.store
     try:
-        hit, before, after = await sink.in_read_thread(lookup)
+        hit, before, after = await memory.in_read_thread(lookup)
     except StoreError as exc:
         log.error("memory_get_failed", agent=agent_id, error=str(exc)[:300])
         raise _error(web.HTTPServiceUnavailable, "the store is not answering; retry later") from None
@@ -322,8 +319,8 @@ async def memory_get(request: web.Request) -> web.Response:
                               "after": [hit_to_result(h) for h in after]})
 
 
-def add_memory_routes(app: web.Application, daemon: Daemon) -> None:
-    cfg = daemon.config.search
+def add_memory_routes(app: web.Application, config: Config) -> None:
+    cfg = config.search
     app[GUARD_KEY] = SearchLoopGuard(cfg.loop_window, cfg.loop_hint_after, cfg.loop_stop_after)
     app.router.add_post("/search", search)
     app.router.add_post("/memory/search", memory_search)

@@ -1,12 +1,13 @@
-"""What every route shares: the app's daemon, JSON in (checked: UTF-8, depth, the caller's agent) and JSON
-out (UTF-8 as written), and the 400 a bad body gets. A leaf of the `http` package: routes import it,
-it imports no route."""
+"""What every route shares: the running daemon (`served_of`), JSON in (checked: UTF-8, depth, the caller's
+agent) and JSON out (UTF-8 as written), and the 400 a bad body gets. A leaf of the `http` package: routes
+import it, it imports no route."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import re
+from dataclasses import dataclass
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
@@ -16,10 +17,9 @@ from aiohttp import web
 from veritas_watch.http.access import agent_param, request_access
 
 if TYPE_CHECKING:
-    from veritas_watch.daemon import Daemon
+    from veritas_watch.http.port import Served
 
 log = structlog.get_logger()
-DAEMON_KEY = web.AppKey("daemon", object)
 MAX_JSON_DEPTH = 64  # request JSON nested deeper is refused (400) before it is parsed
 _JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _NOT_BRACKET = str.maketrans("", "", "".join(chr(c) for c in range(128) if chr(c) not in "[]{}"))
@@ -41,8 +41,25 @@ class BadRequest(web.HTTPBadRequest):
         super().__init__(text=json.dumps({"error": message}), content_type="application/json")
 
 
-def daemon_of(request: web.Request) -> Daemon:
-    return request.app[DAEMON_KEY]  # type: ignore[return-value]
+@dataclass
+class Gate:
+    """What the app knows of the daemon: the port it listens on once bound, and the running daemon once
+    start-up finished (`http.app.HttpApi.serve`); before that every route but /health answers 503."""
+
+    port: int | None = None
+    served: Served | None = None
+
+
+GATE_KEY = web.AppKey("gate", Gate)
+
+
+def served_of(request: web.Request) -> Served:
+    """The running daemon; 503 "daemon starting" while it starts (the port is bound first)."""
+    served = request.app[GATE_KEY].served
+    if served is None:
+        raise web.HTTPServiceUnavailable(text=json.dumps({"error": "daemon starting"}), content_type="application/json",
+                                         headers={"Retry-After": "2"})
+    return served
 
 
 def json_depth(text: str, limit: int = MAX_JSON_DEPTH) -> int:

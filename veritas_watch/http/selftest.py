@@ -9,7 +9,7 @@ import time
 import structlog
 from aiohttp import web
 
-from veritas_watch.http.requests import daemon_of, json_answer, json_body
+from veritas_watch.http.requests import json_answer, json_body, served_of
 from veritas_watch.selftest import SELFTEST_AGENT, SESSION_PREFIX, STALE_AFTER_SECONDS, selftest_point_ids
 
 log = structlog.get_logger()
@@ -24,15 +24,14 @@ async def cleanup_handler(request: web.Request) -> web.Response:
                                  content_type="application/json")
     # Stale: left by a run that could not clean up (its store was stalled); older than any live run.
     stale_before = time.time() - STALE_AFTER_SECONDS if body.get("stale") is True else None
-    daemon = daemon_of(request)
-    assert daemon.rt is not None
-    store = daemon.rt.sink.store
+    memory = served_of(request).memory
+    store = memory.store
 
     def delete() -> int:
         ids = selftest_point_ids(store.scroll(agent_id=SELFTEST_AGENT), session_id, stale_before)
         store.delete(ids)
         return len(ids)
 
-    deleted = await daemon.rt.sink.in_store_thread(delete)  # a write: the store thread
+    deleted = await memory.in_store_thread(delete)  # a write: the store thread
     log.info("selftest_cleaned", session=session_id, deleted=deleted)
     return json_answer({"deleted": deleted})

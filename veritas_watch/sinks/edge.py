@@ -2,7 +2,7 @@
 
 The shard is opened by one process at a time (the daemon); other processes reach it through the
 daemon's HTTP port. Writes come from one worker thread (the `pipeline.Sink` store thread), reads from
-its read thread; a lock keeps them off the shard while `release_memory` reopens it.
+its read thread.
 
 Layout (issue 16, measured by bench/scale.py): the growing segment takes new points; `optimize()`, called
 by the daemon when it has grown by `EdgeTuning.segment_points` and after a backfill, turns it into an
@@ -11,16 +11,12 @@ and whose dense vectors are also kept as int8 in RAM (searches scan those, then 
 originals, 2x oversampled). No HNSW graph is built (m=0): qdrant-edge-py 0.9 holds the GIL while it
 optimizes, and a graph over 12k points froze the whole process for 10.4 s; without one, converting a
 segment costs ~0.1 ms per point and one agent's 100k points are scanned in 13-28 ms (load 5).
-`flush()` makes every acknowledged write durable and trims the WAL; `release_memory()` reopens the shard
-when the daemon's memory budget asks for it.
+`flush()` makes every acknowledged write durable and trims the WAL; `release_memory()` drops the pages of
+the mapped files from the process's RSS when the daemon's memory budget asks for it.
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import ctypes.util
-import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -30,6 +26,7 @@ from typing import TYPE_CHECKING
 
 import qdrant_edge as qe
 
+from veritas_watch.footprint import drop_mapped_pages, release_freed_heap
 from veritas_watch.sinks.store import (
     DENSE,
     FLOAT_FIELDS,
@@ -80,21 +77,12 @@ LEGACY_TUNING = EdgeTuning(compact=False)  # the store before issue 16: everythi
 _RESCORE = qe.SearchParams(quantization=qe.QuantizationSearchParams(rescore=True, oversampling=2.0))
 
 
-def _release_freed_memory() -> None:
-    """Give the heap the engine freed (an optimization's buffers, a closed shard) back to the OS."""
-    name = ctypes.util.find_library("c")
-    if name:
-        with contextlib.suppress(OSError, AttributeError):  # AttributeError: not glibc
-            ctypes.CDLL(name).malloc_trim(0)
-
-
 class EdgeStore:
     def __init__(self, path: Path, meta: StoreMeta, tuning: EdgeTuning = DEFAULT_TUNING) -> None:
         self.meta = meta
         self.path = path
         self.tuning = tuning
         self._xling = meta.xling_dim is not None
-        self._lock = threading.RLock()  # release_memory() swaps the shard: no call may hold the old one
         self._edge_config = self._config(meta.dim, meta.xling_dim, tuning)
         self.points_since_optimize = 0  # points written since the last optimize(): the growing segment
         self.last_optimize = 0.0  # seconds the last optimize() took
@@ -174,8 +162,7 @@ class EdgeStore:
                 vectors[XLING] = list(p.xling)
             batch.append(qe.Point(uuid.UUID(p.id), vectors, p.payload))  # type: ignore[arg-type]
         try:
-            with self._lock:
-                self._shard.update(qe.UpdateOperation.upsert_points(batch))
+            self._shard.update(qe.UpdateOperation.upsert_points(batch))
         except Exception as exc:
             raise StoreError(f"upsert failed: {exc}") from exc
         self.points_since_optimize += len(batch)
@@ -183,8 +170,7 @@ class EdgeStore:
     def delete(self, ids: Sequence[str]) -> None:
         if ids:
             try:
-                with self._lock:
-                    self._shard.update(qe.UpdateOperation.delete_points([uuid.UUID(i) for i in ids]))
+                self._shard.update(qe.UpdateOperation.delete_points([uuid.UUID(i) for i in ids]))
             except Exception as exc:
                 raise StoreError(f"delete failed: {exc}") from exc
 
@@ -231,8 +217,7 @@ class EdgeStore:
         requests = [self._request(q) for q in queries]
         runnable = [r for r in requests if r is not None]
         try:
-            with self._lock:
-                results = self._shard.query_batch(qe.QueryBatchRequest(runnable)) if runnable else []
+            results = self._shard.query_batch(qe.QueryBatchRequest(runnable)) if runnable else []
         except Exception as exc:
             raise StoreError(f"query failed: {exc}") from exc
         answers = iter(results)
@@ -246,10 +231,9 @@ class EdgeStore:
         flt = _filter(SearchQuery(agent_id=agent_id, limit=page, session_id=session_id))
         offset: qe.PointId | None = None
         while True:
-            with self._lock:
-                records, offset = self._shard.scroll(
-                    qe.ScrollRequest(offset=offset, limit=page, filter=flt, with_payload=True, with_vector=with_vectors)
-                )
+            records, offset = self._shard.scroll(
+                qe.ScrollRequest(offset=offset, limit=page, filter=flt, with_payload=True, with_vector=with_vectors)
+            )
             for r in records:
                 payload = _payload(r.payload)
                 point = None
@@ -268,52 +252,42 @@ class EdgeStore:
                 return
 
     def retrieve(self, ids: Sequence[str]) -> list[Hit]:
-        with self._lock:
-            records = self._shard.retrieve([uuid.UUID(i) for i in ids], with_payload=True, with_vector=False)
+        records = self._shard.retrieve([uuid.UUID(i) for i in ids], with_payload=True, with_vector=False)
         return [Hit(str(r.id), 0.0, _payload(r.payload)) for r in records]
 
     def count(self, agent_id: str | None = None) -> int:
-        with self._lock:
-            return int(self._shard.count(qe.CountRequest(exact=True, filter=_filter(SearchQuery(agent_id, 1)))))
+        return int(self._shard.count(qe.CountRequest(exact=True, filter=_filter(SearchQuery(agent_id, 1)))))
 
     def flush(self) -> None:
         """Every acknowledged write durable on disk; the WAL is trimmed to what is not yet in segments."""
         try:
-            with self._lock:
-                self._shard.flush()
+            self._shard.flush()
         except Exception as exc:
             raise StoreError(f"flush failed: {exc}") from exc
 
     def optimize(self) -> bool:
         """Convert the grown segment (and merge small ones); True if anything changed. Blocks the process
         (qdrant-edge-py holds the GIL): about 0.1 ms per point of the grown segment."""
-        with self._lock:
-            try:
-                started = time.perf_counter()
-                changed = bool(self._shard.optimize())
-                self.points_since_optimize = 0
-                self.last_optimize = time.perf_counter() - started
-            except Exception as exc:
-                raise StoreError(f"optimize failed: {exc}") from exc
+        try:
+            started = time.perf_counter()
+            changed = bool(self._shard.optimize())
+            release_freed_heap()  # the optimization's buffers: ~100 MB of heap at 100k points otherwise kept
+            self.points_since_optimize = 0
+            self.last_optimize = time.perf_counter() - started
+        except Exception as exc:
+            raise StoreError(f"optimize failed: {exc}") from exc
         return changed
 
     def release_memory(self) -> None:
-        """Reopen the shard: the pages of the files it wrote or read stop counting as this process's memory
-        (after an optimization at 100k points: ~430 -> ~110 MB of mapped files) and the heap the engine
-        freed goes back to the OS. The shard is flushed first, so the WAL is trimmed too."""
-        with self._lock:
-            try:
-                self._shard.close()
-                self._shard = qe.EdgeShard.load(str(self.path), self._edge_config if self.tuning.compact else None)
-            except Exception as exc:
-                raise StoreError(f"reopen failed: {exc}") from exc
-        _release_freed_memory()
+        """Stop counting the store's mapped files as this process's memory (`drop_mapped_pages`: at 100k
+        points ~250 MB in ~0.1 s, where reopening the shard took ~1 s holding the GIL) and give the heap the
+        engine freed (an optimization's buffers) back to the OS."""
+        drop_mapped_pages(self.path)
+        release_freed_heap()
 
     def segments(self) -> int:
-        with self._lock:
-            return int(self._shard.info().segments_count)
+        return int(self._shard.info().segments_count)
 
     def close(self) -> None:
-        with self._lock:
-            self._shard.flush()
-            self._shard.close()
+        self._shard.flush()
+        self._shard.close()

@@ -8,6 +8,10 @@ replayed. Policy for damage, logged as an error each time:
 - a single row that does not decode into a valid cursor: that file is re-read from 0.
 Re-reading is safe because point ids are deterministic (a replay overwrites the same points, and
 the sink skips points already stored with the same payload).
+
+Both sources' cursors hold one `model.SessionState` (what reading the session taught the transforms),
+serialized with its version (`SessionState.to_dict`). Cursors written before that, with the session
+facts as loose fields, are read as they were (`FileCursor.from_json`, `SqliteCursor.from_json`).
 """
 
 from __future__ import annotations
@@ -16,11 +20,14 @@ import dataclasses
 import json
 import sqlite3
 import time
-from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import structlog
+
+from veritas_watch.model import ConversationEnd, SessionState, restore_turn
+from veritas_watch.sources.sqlite import SessionCursor
 
 log = structlog.get_logger()
 
@@ -46,31 +53,45 @@ class FileCursor:
     head_len: int = 0  # bytes covered by head_hash
     head_hash: str = ""  # fingerprint of the first bytes: tells a reused inode from the same file
     tail_hash: str = ""  # hash of the bytes just before `offset`: tells a rewrite from an append
-    session_id: str | None = None  # from the header line
-    session_kind: str = "unknown"  # unknown | conversation | cron
-    last_entry_ts: str | None = None  # newest conversational entry (session end for gap detection)
-    turn: str = "conversation"  # the denoiser's turn kind: a heartbeat turn's reply is not memory
-    previous_text: str | None = None  # the last stored turn: dense-vector context for the next one
     ended: bool = False  # renamed to .reset/.deleted and drained
     tail_len: int = TAIL_BYTES  # bytes covered by tail_hash (the last line before `offset`)
+    # What reading up to `offset` learned: the header's session id, cron or not, the last entry time (the
+    # session's end for gap detection), the turn kind, the last stored turn (context for the next one).
+    session: SessionState = field(default_factory=lambda: SessionState(None))
+
+    def copy(self, path: str | None = None) -> FileCursor:
+        """An independent copy (its own session state: the transforms advance one cursor's, never another's)."""
+        return dataclasses.replace(self, path=self.path if path is None else path,
+                                   session=dataclasses.replace(self.session))
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), separators=(",", ":"))
+        data: dict[str, object] = {name: getattr(self, name) for name in _FIELD_TYPES}
+        data["session"] = self.session.to_dict()
+        return json.dumps(data, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> FileCursor:
-        """Decode a stored cursor; ValueError unless every field is present-or-defaulted and well typed."""
+        """Decode a stored cursor; ValueError unless every field is present-or-defaulted and well typed. A
+        cursor written before the session state was one value has its fields flat (`_LEGACY_SESSION_TYPES`)."""
         raw = json.loads(text)
         if not isinstance(raw, dict):
             raise ValueError(f"cursor is a {type(raw).__name__}, not an object")
-        unknown = set(raw) - _FIELD_TYPES.keys()
+        legacy = {} if "session" in raw else _LEGACY_SESSION_TYPES
+        kinds = {**_FIELD_TYPES, **legacy}
+        unknown = set(raw) - kinds.keys() - {"session"}
         if unknown:
             raise ValueError(f"unknown cursor fields: {sorted(unknown)}")
         for name, value in raw.items():
-            if not _well_typed(value, _FIELD_TYPES[name]):
+            if name != "session" and not _well_typed(value, kinds[name]):
                 raise ValueError(f"cursor field {name} has a bad value: {value!r:.80}")
+        if legacy:
+            session = SessionState(raw.pop("session_id", None), raw.pop("session_kind", "unknown"),
+                                   raw.pop("last_entry_ts", None), restore_turn(raw.pop("turn", "conversation")),
+                                   raw.pop("previous_text", None))
+        else:
+            session = SessionState.from_dict(raw.pop("session"))
         try:
-            cursor = cls(**raw)
+            cursor = cls(**raw, session=session)
         except TypeError as exc:  # a required field missing
             raise ValueError(str(exc)) from None
         if cursor.head_len > cursor.offset:
@@ -88,7 +109,110 @@ def _well_typed(value: object, kind: str) -> bool:
     return value is None or isinstance(value, str)  # "str | None"
 
 
-_FIELD_TYPES: dict[str, str] = {f.name: str(f.type) for f in dataclasses.fields(FileCursor)}
+_FIELD_TYPES: dict[str, str] = {f.name: str(f.type) for f in dataclasses.fields(FileCursor) if f.name != "session"}
+# The session facts a cursor kept as loose fields before `session` (read as they were; never written).
+_LEGACY_SESSION_TYPES: dict[str, str] = {"session_id": "str | None", "session_kind": "str",
+                                         "last_entry_ts": "str | None", "turn": "str", "previous_text": "str | None"}
+
+
+@dataclass
+class SqliteCursor:
+    """One SQLite session's committed state: where its rows were read up to, what reading them learned, and
+    the conversation ends not handed on yet (sources/sqlite_feed.py)."""
+
+    # Where the session's rows were read up to. None: a deleted session's tombstone, or a stored position
+    # that did not decode (the session is read again from its first row).
+    position: SessionCursor | None
+    session: SessionState  # its session_id is the one the session's points carry
+    vanished: bool = False  # deleted: nothing to read; its memories (and their time) stay
+    ended_reported: bool = False  # the session's window ended and that end was handed on
+    ends_through_seq: int | None = None  # reset events up to this seq were handed on (a rewalk reads them again)
+    pending_ends: list[ConversationEnd] = field(default_factory=list)  # ended, stored, not handed on yet
+
+    @property
+    def next_seq(self) -> int:
+        return self.position.next_seq if self.position is not None else 0
+
+    def tombstone(self) -> SqliteCursor:
+        """What a deleted session leaves once its end was handed on: its point session id and last entry time."""
+        return SqliteCursor(None, SessionState(self.session.session_id, last_entry_ts=self.session.last_entry_ts),
+                            vanished=True)
+
+    def to_json(self) -> str:
+        return json.dumps({"position": self.position.to_dict() if self.position is not None else None,
+                           "session": self.session.to_dict(), "vanished": self.vanished,
+                           "ended_reported": self.ended_reported, "ends_through_seq": self.ends_through_seq,
+                           "pending_ends": [dataclasses.asdict(e) for e in self.pending_ends]})
+
+    @classmethod
+    def from_json(cls, text: str, *, db: str = "", session_id: str = "") -> SqliteCursor:
+        """Decode a stored session cursor; ValueError if it is no cursor at all. A position that does not
+        decode is logged and dropped (the session is read again). A cursor written before the session state was
+        one value (its facts as loose keys beside the position's) is read as it was."""
+        raw = json.loads(text)
+        if not isinstance(raw, dict):
+            raise ValueError(f"cursor is a {type(raw).__name__}, not an object")
+        if "session" not in raw:
+            return cls._from_loose(raw, db, session_id)
+        unknown = set(raw) - {"position", "session", "vanished", "ended_reported", "ends_through_seq", "pending_ends"}
+        if unknown:
+            raise ValueError(f"unknown cursor fields: {sorted(unknown)}")
+        vanished, reported = raw.get("vanished", False), raw.get("ended_reported", False)
+        through = raw.get("ends_through_seq")
+        if not isinstance(vanished, bool) or not isinstance(reported, bool):
+            raise ValueError("cursor fields vanished and ended_reported must be true or false")
+        if through is not None and _int(through) is None:
+            raise ValueError(f"cursor field ends_through_seq has a bad value: {through!r:.80}")
+        position = raw.get("position")
+        return cls(None if position is None else _position(position, db, session_id, quiet=False),
+                   SessionState.from_dict(raw["session"]), vanished, reported, through, _pending(raw))
+
+    @classmethod
+    def _from_loose(cls, raw: dict[str, object], db: str, session_id: str) -> SqliteCursor:
+        """The format before `session`: the reader's `SessionCursor` fields and the facts side by side, a
+        deleted session's tombstone only `vanished`, `point_session_id`, `last_entry_ts`."""
+        vanished = bool(raw.get("vanished"))
+        session = SessionState(_str(raw.get("point_session_id")), _str(raw.get("session_kind")) or "unknown",
+                               _str(raw.get("last_entry_ts")), restore_turn(raw.get("turn")),
+                               _str(raw.get("previous_text")), _int(raw.get("conversation_entries")) or 0)
+        # A deleted session was never read again, so its position was never checked; a tombstone has none.
+        position = _position(raw, db, session_id, quiet=vanished) if "next_seq" in raw or not vanished else None
+        return cls(position, session, vanished, bool(raw.get("ended_reported")), _int(raw.get("ends_through_seq")),
+                   _pending(raw))
+
+
+def _position(data: object, db: str, session_id: str, *, quiet: bool) -> SessionCursor | None:
+    try:
+        if not isinstance(data, dict):
+            raise ValueError(f"position is a {type(data).__name__}, not an object")
+        return SessionCursor.from_dict(data)
+    except ValueError as exc:
+        if not quiet:
+            log.error("cursor_corrupt", db=db, session_id=session_id, error=str(exc), policy="re-read this session")
+        return None
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _str(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _pending(state: Mapping[str, object]) -> list[ConversationEnd]:
+    """The ends a session's cursor holds, not yet handed on (malformed entries are dropped)."""
+    raw = state.get("pending_ends")
+    ends = []
+    for item in raw if isinstance(raw, list) else []:
+        if not isinstance(item, dict):
+            continue
+        session_id, transcript = _str(item.get("session_id")), _str(item.get("transcript"))
+        if session_id and transcript:
+            ends.append(ConversationEnd(session_id, _str(item.get("ended_at")),
+                                        _str(item.get("session_kind")) or "unknown",
+                                        _str(item.get("reason")) or "reset", transcript, _int(item.get("seq"))))
+    return ends
 
 
 class CursorStore:
@@ -146,12 +270,12 @@ class CursorStore:
             )
             self._db.executemany("DELETE FROM file_cursors WHERE key = ?", [(k,) for k in removed])
 
-    def load_sqlite(self, db: str) -> dict[str, dict[str, object]]:
+    def load_sqlite(self, db: str) -> dict[str, SqliteCursor]:
         rows = self._db.execute("SELECT session_id, state FROM db_cursors WHERE db = ?", (db,))
-        result: dict[str, dict[str, object]] = {}
+        result: dict[str, SqliteCursor] = {}
         for session_id, state in rows:
             try:
-                result[session_id] = json.loads(state)
+                result[session_id] = SqliteCursor.from_json(state, db=db, session_id=session_id)
             except ValueError as exc:
                 log.error("cursor_corrupt", db=db, session_id=session_id, error=str(exc))
         return result
@@ -169,12 +293,12 @@ class CursorStore:
         """Every database with a committed session cursor (offline `status`)."""
         return [row[0] for row in self._db.execute("SELECT DISTINCT db FROM db_cursors ORDER BY db")]
 
-    def commit_sqlite(self, db: str, states: dict[str, dict[str, object]], removed: Iterable[str] = ()) -> None:
+    def commit_sqlite(self, db: str, states: Mapping[str, SqliteCursor], removed: Iterable[str] = ()) -> None:
         with self._transaction():
             self._db.executemany(
                 "INSERT INTO db_cursors (db, session_id, state) VALUES (?, ?, ?) "
                 "ON CONFLICT(db, session_id) DO UPDATE SET state = excluded.state",
-                [(db, sid, json.dumps(state)) for sid, state in states.items()],
+                [(db, sid, state.to_json()) for sid, state in states.items()],
             )
             self._db.executemany("DELETE FROM db_cursors WHERE db = ? AND session_id = ?",
                                  [(db, sid) for sid in removed])

@@ -21,7 +21,6 @@ misses it, so a rename racing one sweep's directory listing never costs a re-rea
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 import itertools
 import os
@@ -309,9 +308,9 @@ class JsonlTailer:
     def _adopt(self, key: str, path: Path, agent_id: str, kind: TranscriptKind,
                st: os.stat_result) -> TrackedFile | None:
         saved = self._saved.get(key)
-        cursor = (dataclasses.replace(saved, path=str(path)) if saved is not None and saved.agent_id == agent_id
+        cursor = (saved.copy(path=str(path)) if saved is not None and saved.agent_id == agent_id
                   else FileCursor(key, str(path), agent_id))
-        tracked = TrackedFile(cursor, dataclasses.replace(cursor), kind, generation=next(self._generations),
+        tracked = TrackedFile(cursor, cursor.copy(), kind, generation=next(self._generations),
                               size=st.st_size, changed_at=time.monotonic())
         if not self._reopen(tracked, path):
             return None
@@ -364,7 +363,7 @@ class JsonlTailer:
             tracked.read = FileCursor(cursor.key, cursor.path, cursor.agent_id)
             # Nothing of the new content is stored yet, whatever was committed for the old one: if
             # the new content has no complete line, no unit will ever come to move `committed`.
-            tracked.committed = dataclasses.replace(tracked.read)
+            tracked.committed = tracked.read.copy()
             tracked.partial_size = -1
             tracked.scan_start = -1
 
@@ -384,7 +383,7 @@ class JsonlTailer:
             self._restart(tracked, reason, start + len(data))
             return self.read(tracked)
         too_long: list[SourceRef] = []
-        cursor = dataclasses.replace(tracked.read)
+        cursor = tracked.read.copy()
         end = data.rfind(b"\n")
         if end < 0:
             # No newline in this chunk: a line longer than a chunk, or an unfinished one.
@@ -472,7 +471,7 @@ class JsonlTailer:
         if tracked is not None:
             with self._lock:
                 tracked.generation = next(self._generations)
-                tracked.read = dataclasses.replace(tracked.committed)
+                tracked.read = tracked.committed.copy()
                 tracked.partial_size = -1
 
     def ended_sessions(self) -> tuple[list[tuple[str, ConversationEnd]], list[FileCursor]]:
@@ -488,8 +487,9 @@ class JsonlTailer:
                 done.ended = tracked.read.ended = True
                 marked.append(done)
                 name = classify_transcript(Path(done.path).name)
-                end = ConversationEnd(done.session_id or session_stem(done.path), done.last_entry_ts,
-                                      done.session_kind, name.kind if name else "archived", done.path)
+                facts = done.session
+                end = ConversationEnd(facts.session_id or session_stem(done.path), facts.last_entry_ts,
+                                      facts.session_kind, name.kind if name else "archived", done.path)
                 ends.append((done.agent_id, end))
         return ends, marked
 
@@ -505,7 +505,7 @@ class JsonlTailer:
             tracked = self.files.get(unit.key)
             if tracked is None or tracked.generation != unit.generation:
                 return None
-            tracked.committed = dataclasses.replace(unit.cursor_after, path=tracked.read.path)
+            tracked.committed = unit.cursor_after.copy(path=tracked.read.path)
             return tracked.committed
 
     def _drop(self, key: str, tracked: TrackedFile) -> None:

@@ -91,8 +91,8 @@ class SessionCursor:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, object]) -> SessionCursor:
-        """Inverse of `to_dict`; raises ValueError on a malformed value. Unknown keys are ignored,
-        so a caller may keep its own per-session state (session kind, last entry time) beside it."""
+        """Inverse of `to_dict`; raises ValueError on a malformed value. Unknown keys are ignored: cursors
+        written before `cursors.SqliteCursor` kept the source's session state beside these keys."""
         session_id = data.get("session_id")
         next_seq = data.get("next_seq", 0)
         generation = data.get("generation")

@@ -2,9 +2,9 @@
 
 Synchronous parts (poll, commit) run in worker threads; the daemon awaits each poll's work being
 stored before it polls again, so a session's read position and committed cursor never diverge.
-Each session's persisted state is the reader's `SessionCursor` plus what the transforms learned
-(cron or not, heartbeat turn, last entry time, entries in the current conversation) and the
-conversation ends not yet handed to gap detection.
+Each session's persisted state is a `cursors.SqliteCursor`: the reader's `SessionCursor`, what the
+transforms learned (`model.SessionState`: cron or not, heartbeat turn, last entry time, entries in the
+current conversation) and the conversation ends not yet handed to gap detection.
 
 When a conversation ends (OpenClaw 2026.9 does not open a new session on `/new` or `/reset`: it
 appends a `reset` event to the same one): a `reset` event read (`Transformed.ends`), the session
@@ -23,12 +23,11 @@ from pathlib import Path
 
 import structlog
 
-from veritas_watch.model import ConversationEnd, SessionState, restore_turn
+from veritas_watch.model import ConversationEnd, SessionState
 from veritas_watch.sinks.store import Store
-from veritas_watch.sources.cursors import CursorStore
+from veritas_watch.sources.cursors import CursorStore, SqliteCursor
 from veritas_watch.sources.sqlite import (
     SessionBatch,
-    SessionCursor,
     SqlitePoll,
     SqliteSourceError,
     SqliteTranscriptReader,
@@ -42,7 +41,7 @@ class SqliteUnit:
 
     db: str
     session_id: str
-    state: dict[str, object] | None  # None: forget the session's cursor
+    state: SqliteCursor | None  # None: forget the session's cursor
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +49,7 @@ class SqliteSource:
     """One agent database as `status` sees it: its committed session states and rows not yet read."""
 
     agent_id: str
-    states: Mapping[str, Mapping[str, object]]  # session id -> committed state
+    states: Mapping[str, SqliteCursor]  # session id -> committed state
     lag_rows: int = 0
 
 
@@ -74,7 +73,7 @@ class SqliteFeed:
     def __init__(self, cursors: CursorStore) -> None:
         self._cursors = cursors
         self._readers: dict[str, SqliteTranscriptReader] = {}
-        self.states: dict[str, dict[str, dict[str, object]]] = {}
+        self.states: dict[str, dict[str, SqliteCursor]] = {}
         self.health: dict[str, SourceHealth] = {}
         self._agents: dict[str, str] = {}  # db -> agent id
 
@@ -90,14 +89,9 @@ class SqliteFeed:
             self._agents[db] = agent_id
             self.states[db] = self._cursors.load_sqlite(db)
             log.info("sqlite_source_added", agent=agent_id, db=db)
-        cursors = {}
-        for sid, state in self.states[db].items():
-            if state.get("vanished"):
-                continue  # deleted: nothing to read
-            try:
-                cursors[sid] = SessionCursor.from_dict(state)
-            except ValueError as exc:
-                log.error("cursor_corrupt", db=db, session_id=sid, error=str(exc), policy="re-read this session")
+        # A deleted session has nothing to read; one whose stored position did not decode is read again.
+        cursors = {sid: state.position for sid, state in self.states[db].items()
+                   if not state.vanished and state.position is not None}
         try:
             result = reader.poll(cursors)
         except SqliteSourceError as exc:
@@ -129,7 +123,8 @@ class SqliteFeed:
         for sid, info in self.health[db].infos.items():
             last_seq = info["last_seq"]
             if isinstance(last_seq, int):
-                lag += max(0, last_seq + 1 - _next_seq(self.states.get(db, {}).get(sid, {})))
+                state = self.states.get(db, {}).get(sid)
+                lag += max(0, last_seq + 1 - (state.next_seq if state is not None else 0))
         return lag
 
     def sources(self) -> list[SqliteSource]:
@@ -139,53 +134,39 @@ class SqliteFeed:
                 for db, states in list(self.states.items())]
 
     def session_state(self, db: str, batch: SessionBatch) -> SessionState:
-        facts = {} if batch.rewalk else self.states.get(db, {}).get(batch.session_id, {})
-
-        def text(key: str) -> str | None:
-            value = facts.get(key)
-            return value if isinstance(value, str) else None
-
-        return SessionState(
-            session_id=batch.point_session_id,
-            session_kind=text("session_kind") or "unknown",
-            last_entry_ts=text("last_entry_ts"),
-            turn=restore_turn(facts.get("turn")),
-            previous_text=text("previous_text"),
-            conversation_entries=_int(facts.get("conversation_entries")) or 0,
-        )
+        """What the transforms start this batch from: the committed session state (a fresh one for a rewalk,
+        which reads the session again from its first row), under the id the session's points carry."""
+        stored = None if batch.rewalk else self.states.get(db, {}).get(batch.session_id)
+        base = stored.session if stored is not None else SessionState(None)
+        return dataclasses.replace(base, session_id=batch.point_session_id)
 
     def unit_for(self, db: str, batch: SessionBatch, state: SessionState,
                  ends: Sequence[ConversationEnd] = ()) -> SqliteUnit:
-        previous = self.states.get(db, {}).get(batch.session_id, {})
-        if previous.get("vanished"):
+        previous = self.states.get(db, {}).get(batch.session_id)
+        if previous is not None and previous.vanished:
             if batch.cursor is None:
                 return SqliteUnit(db, batch.session_id, previous)
-            previous = {}  # the session came back (restored from an archive): read it as a new one
-        pending = _pending(previous)
+            previous = None  # the session came back (restored from an archive): read it as a new one
+        pending = list(previous.pending_ends) if previous is not None else []
         if batch.cursor is None:
             # The session was deleted: its last conversation ended. The state is marked vanished (no
             # cursor any more) and, once `ended_sessions` has handed that end on, kept as a tombstone:
             # its memories stay, and so does its last entry time for `status`.
-            if not previous:
+            if previous is None:
                 return SqliteUnit(db, batch.session_id, None)
-            if _int(previous.get("conversation_entries")) and not previous.get("ended_reported"):
-                pending.append(ConversationEnd(
-                    str(previous.get("point_session_id") or batch.session_id), _str(previous.get("last_entry_ts")),
-                    _str(previous.get("session_kind")) or "unknown", "deleted", f"{db}#{batch.session_id}"))
-            return SqliteUnit(db, batch.session_id, {**previous, "vanished": True, "pending_ends": _dump(pending)})
+            facts = previous.session
+            if facts.conversation_entries and not previous.ended_reported:
+                pending.append(ConversationEnd(facts.session_id or batch.session_id, facts.last_entry_ts,
+                                               facts.session_kind or "unknown", "deleted", f"{db}#{batch.session_id}"))
+            return SqliteUnit(db, batch.session_id, dataclasses.replace(previous, vanished=True, pending_ends=pending))
         # A rewalk reads the session again from its first row: its resets come again, and only the
         # ones past what was already handed on are new.
-        handed = _int(previous.get("ends_through_seq"))
+        handed = previous.ends_through_seq if previous is not None else None
         pending += [e for e in ends if e.seq is None or handed is None or e.seq > handed]
-        new_state: dict[str, object] = {**batch.cursor.to_dict(), "session_kind": state.session_kind,
-                                        "turn": state.turn, "last_entry_ts": state.last_entry_ts,
-                                        "previous_text": state.previous_text,
-                                        "conversation_entries": state.conversation_entries,
-                                        "point_session_id": batch.point_session_id,
-                                        "ended_reported": bool(previous.get("ended_reported")) and not batch.rewalk,
-                                        "ends_through_seq": handed,
-                                        "pending_ends": _dump(pending)}
-        return SqliteUnit(db, batch.session_id, new_state)
+        return SqliteUnit(db, batch.session_id, SqliteCursor(
+            batch.cursor, dataclasses.replace(state, session_id=batch.point_session_id),
+            ended_reported=previous is not None and previous.ended_reported and not batch.rewalk,
+            ends_through_seq=handed, pending_ends=pending))
 
     def commit(self, units: Sequence[SqliteUnit]) -> None:
         """After the store acked: persist, then make the new states the read positions."""
@@ -206,28 +187,28 @@ class SqliteFeed:
         health = self.health.get(db)
         infos = health.infos if health is not None else {}
         ends: list[ConversationEnd] = []
-        changed: dict[str, dict[str, object]] = {}
+        changed: dict[str, SqliteCursor] = {}
         for sid, state in list(self.states.get(db, {}).items()):
-            pending = _pending(state)
+            pending = list(state.pending_ends)
             info = infos.get(sid)
             last_seq = info["last_seq"] if info else None
-            drained = not isinstance(last_seq, int) or _next_seq(state) > last_seq
-            if info and info["ended"] and drained and not state.get("ended_reported") and not state.get("vanished"):
-                state["ended_reported"] = True
+            drained = not isinstance(last_seq, int) or state.next_seq > last_seq
+            if info and info["ended"] and drained and not state.ended_reported and not state.vanished:
+                state.ended_reported = True
                 changed[sid] = state
-                if _int(state.get("conversation_entries")):
-                    pending.append(ConversationEnd(
-                        str(state.get("point_session_id") or sid), _str(state.get("last_entry_ts")),
-                        _str(state.get("session_kind")) or "unknown", "moved_on", f"{db}#{sid}"))
+                facts = state.session
+                if facts.conversation_entries:
+                    pending.append(ConversationEnd(facts.session_id or sid, facts.last_entry_ts,
+                                                   facts.session_kind or "unknown", "moved_on", f"{db}#{sid}"))
             if pending:
                 ends.extend(pending)
                 seqs = [e.seq for e in pending if e.seq is not None]
                 if seqs:
-                    state["ends_through_seq"] = max([*seqs, _int(state.get("ends_through_seq")) or -1])
-                state["pending_ends"] = []
+                    state.ends_through_seq = max([*seqs, state.ends_through_seq or -1])
+                state.pending_ends = []
                 changed[sid] = state
-            if state.get("vanished") and len(state) > len(_TOMBSTONE_KEYS):
-                changed[sid] = self.states[db][sid] = {k: state.get(k) for k in _TOMBSTONE_KEYS}
+            if state.vanished and state != (tombstone := state.tombstone()):
+                changed[sid] = self.states[db][sid] = tombstone
         if changed:
             self._cursors.commit_sqlite(db, changed)
         return ends
@@ -235,41 +216,6 @@ class SqliteFeed:
     def close(self) -> None:
         for reader in self._readers.values():
             reader.close()
-
-
-_TOMBSTONE_KEYS = ("vanished", "point_session_id", "last_entry_ts")  # what a deleted session leaves
-
-
-def _next_seq(state: dict[str, object]) -> int:
-    value = state.get("next_seq", 0)
-    return value if isinstance(value, int) else 0
-
-
-def _int(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _str(value: object) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-def _pending(state: dict[str, object]) -> list[ConversationEnd]:
-    """The ends a session's cursor holds, not yet handed on (malformed entries are dropped)."""
-    raw = state.get("pending_ends")
-    ends = []
-    for item in raw if isinstance(raw, list) else []:
-        if not isinstance(item, dict):
-            continue
-        session_id, transcript = _str(item.get("session_id")), _str(item.get("transcript"))
-        if session_id and transcript:
-            ends.append(ConversationEnd(session_id, _str(item.get("ended_at")),
-                                        _str(item.get("session_kind")) or "unknown",
-                                        _str(item.get("reason")) or "reset", transcript, _int(item.get("seq"))))
-    return ends
-
-
-def _dump(ends: Sequence[ConversationEnd]) -> list[dict[str, object]]:
-    return [dataclasses.asdict(e) for e in ends]
 
 
 def stale_point_cleanup(db: str, agent_id: str, batch: SessionBatch) -> Callable[[Store], None] | None:

@@ -50,7 +50,7 @@ class GapDetector:
         if hook_timeout <= 0 or backoff_initial <= 0 or backoff_max < backoff_initial or hook_concurrency < 1:
             raise ValueError("hook_timeout and backoff_initial must be > 0, backoff_max >= backoff_initial")
         self._store = store
-        self._hook = list(hook) if hook else None
+        self._hook: list[str] = list(hook) if hook else []  # empty: no hook configured
         self._hook_timeout = hook_timeout
         self._default_tz = default_tz
         self._log: Any = log if log is not None else structlog.get_logger()
@@ -239,7 +239,6 @@ class GapDetector:
         }
 
     async def _hook_task(self, key: GapKey, due_by: datetime) -> None:
-        assert self._hook is not None
         lock = self._agent_locks.setdefault(key.agent_id, asyncio.Lock())
         async with lock, self._hook_slots:
             # Re-read under the lock: while this task waited, another run may have finished.

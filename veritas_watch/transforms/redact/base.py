@@ -237,8 +237,109 @@ def _symbol_password(value: str) -> bool:
         and not _is_placeholder(value)
         and not _fake_compound(re.sub(r"[!#$%^&*@+=~]", "-", value))
         and not _REFERENCE_RE.search(value)
-        and not value.startswith(("$", "@", "%"))
+        and not value.startswith(("$", "@", "%", "=", ":"))  # `=Authorization`: the separator, then a word
+        and not _word_setting(value)
     )
+
+
+def _word_setting(value: str) -> bool:
+    """`ok=Authorization`, `mode:Basic`: a name set to a word, not a password with a symbol in it."""
+    setting = re.fullmatch(r"[A-Za-z_]\w*[=:]([A-Za-z][A-Za-z\-]*)", value)
+    return setting is not None and bool(_is_wordish(setting.group(1)) or _HEADER_NAME_RE.fullmatch(setting.group(1)))
+
+
+# What a regular expression, a format string or a template is written with: such a value under a
+# secret's name is code (`TOKEN_RE = "[A-Za-z0-9]{32}"`), not a random string someone generated.
+_PATTERN_SYNTAX_RE = re.compile(
+    r"\\[dwsbDWSBpPnrtux]|\[\^?[^\]]{0,20}?(?:[a-z]-[a-z]|[A-Z]-[A-Z]|0-9)|\.[*+?]|\(\?|\{\d+(?:,\d*)?\}|\[\^|%\(\w+\)|"
+    r"\$\{|\{\{|\}\}|\$\(|=>|->|::|^[\[({<]|[\w.$]\([^()]*\)$|^[A-Za-z_$][\w.$]*(?:\[[^\]]*\]|\([^)]*\))|"
+    r"^[A-Za-z_$][\w.$]{2,}\(|[A-Za-z_]{2}\w*\.[A-Za-z_]{2}|\\0[0-7]{2}|##|"
+    r"[A-Za-z0-9]+_[A-Za-z0-9]+_[A-Za-z0-9]+|\w<\w[\w, ]*>|</?[A-Za-z][\w\-]*>|[\"']/?>|[<>=!~]=\d"
+)
+_LETTER_RUN_RE = re.compile(r"[A-Za-z]{6,}")
+_PRINTABLE_SYMBOLS = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
+
+
+def _word_run(run: str) -> bool:
+    """`handleLineWebhookEvents`, `IGNORECASE`, `Arrows`: a run of letters made of real-length words (a
+    random run's pronounceable pieces are short: `QeazZe`)."""
+    pieces = _PIECE_RE.findall(run)
+    return (
+        all(len(p) >= 3 for p in pieces) and sum(map(len, pieces)) / len(pieces) >= 4 and _is_wordish(run)
+    )
+
+
+def _random_printable(value: str, *, min_classes: int = 3) -> bool:
+    """A generated secret drawn from all printable characters (`>M(rjkKtmbEAJrm}@$`, `K,FNvI(6sd0-fyDP`):
+    for a value a secret's name or cue vouches for. Quotes and brackets are allowed inside; a value
+    written in a pattern or template syntax, or with a call or subscript shape, is code."""
+    n = len(value)
+    if not 8 <= n <= 256 or not value.isascii() or any(c.isspace() or not c.isprintable() for c in value):
+        return False
+    symbols = sum(c in _PRINTABLE_SYMBOLS for c in value)
+    letters = sum(c.isalpha() for c in value)
+    if symbols < 1 or letters < 2 or symbols > n // 2 or _char_classes(value) < min_classes:
+        return False
+    if _PATTERN_SYNTAX_RE.search(value) or _REFERENCE_RE.search(value) or "://" in value:
+        return False
+    head = re.match(r"[A-Za-z_$][\w.$]{2,}(?=\[)", value)
+    if head and (_is_wordish(head.group()) or "_" in head.group()):
+        return False  # `RaisesGroup[ExcT_1`, `config_map[key`: a subscript
+    if any(_word_run(run) for run in _LETTER_RUN_RE.findall(value)) or any(
+        len(p) >= 6 and _is_wordish(p) for p in _PIECE_RE.findall(value)
+    ):
+        return False  # `handleLineWebhookEvents>[1]`, `re.IGNORECASE)`: words, which generators do not make
+    if value[0] == value[-1] and not value[0].isalnum():
+        return False  # `|Screenshot-Jupyter1|`, `*Bold2*`: markup around a word
+    if _PATH_RE.fullmatch(value) or _IDENT_PATH_RE.fullmatch(value) or _is_placeholder(value):
+        return False
+    if "..." in value or "…" in value or value.startswith(("$", "@", "%")):
+        return False
+    if _fake_compound(re.sub(r"[^A-Za-z0-9]+", "-", value)):
+        return False
+    if _IDENT_PATH_RE.fullmatch(value.lstrip("!~-&*+")) or _IDENTIFIER_RE.fullmatch(value.lstrip("!~-&*+")):
+        return False  # `!surface.channelEnabled`, `-defaultValue`: an expression
+    marks = sum(c in _PRINTABLE_SYMBOLS and c not in "._-" for c in value)
+    if marks < 2 and not (marks and any(c.isdigit() for c in value)):
+        return False  # a random printable string mixes in symbols; one lone mark is how names are written
+    if _ascending_run(value, 6):
+        return False  # `abcdef...xyz0123!@#`: an alphabet written out
+    return shannon_entropy(value) >= (3.0 if n < 12 else 3.3)
+
+
+def _ascending_run(value: str, length: int) -> bool:
+    """`abcdefgh`, `ABCDEFGH`, `01234567`: an alphabet written out, not a random string."""
+    run = 1
+    for a, b in itertools.pairwise(value):
+        run = run + 1 if ord(b) == ord(a) + 1 and a.isalnum() else 1
+        if run >= length:
+            return True
+    return False
+
+
+# A word that names the secret rather than being one: `password_input`, `SOME_PASSWORD`, `secretName`.
+_NAMING_PIECE_RE = re.compile(
+    r"(?i)pass(?:word|wd)?|secret|token|key|pwd|credential|user(?:name)?|login|auth(?:orization)?|bearer|basic"
+)
+
+
+def _chosen_word_password(value: str) -> bool:
+    """A word-built password given under an explicit password or secret name, quoted in code or as a
+    setting (`password = "centipede"`, `"password": "open_sesame"`, `GENERIC_SECRET=logmein`):
+    the name vouches for it; placeholders, names of things, code and paths are still left alone."""
+    if not 6 <= len(value) <= 128 or any(c.isspace() for c in value) or not value.isascii():
+        return False
+    if _is_placeholder(value) or _looks_like_code_or_path(value) or _CODE_CHARS_RE.search(value):
+        return False
+    if _fake_compound(value) or _NAMING_PIECE_RE.search(value) or _HEADER_NAME_RE.fullmatch(value.rstrip(":=")):
+        return False
+    if _DATE_RE.fullmatch(value) or _VERSION_RE.fullmatch(value) or _UUID_RE.fullmatch(value):
+        return False
+    if value.startswith(("$", "@", "%", "-", ".", "=", ":")) or value.endswith((".", ":", "-", "=")):
+        return False  # `Authorization:=`, `=Authorization`: a name being assigned, or the separator
+    if value.isupper() and "_" in value:
+        return False  # `SOME_CONSTANT`: a constant's name
+    return not value.isdigit() or len(value) >= 6
 
 
 Strength = Literal["password", "password_env", "token", "token_env", "weak"]
@@ -250,6 +351,24 @@ def _mixed_case_random(value: str) -> bool:
         return False
     switches = sum(1 for a, b in itertools.pairwise(value) if a.isupper() != b.isupper())
     return switches >= 4 and shannon_entropy(value) >= 3.2
+
+
+_B64_PADDED_RE = re.compile(r"[A-Za-z0-9+/]{10,}={1,2}")
+
+
+def _mixed_case_letters(value: str) -> bool:
+    """Letters (maybe joined by `-_.`) with the case switching inside a piece, none of it a word."""
+    letters = value.replace("-", "").replace("_", "").replace(".", "")
+    if not letters.isalpha() or not letters.isascii() or _is_wordish(value):
+        return False
+    if len(_PIECE_RE.findall(value)) > 1 and all(re.fullmatch(r"[A-Z]?[a-z]{2,}", p) for p in _PIECE_RE.findall(value)):
+        return False  # `SecretStr`, `userName`: camel or Pascal case words, an identifier
+    pieces = [p for p in re.split(r"[-_.]", value) if p]
+    switches = sum(
+        1 for p in pieces for a, b in itertools.pairwise(p[1:]) if a.isupper() != b.isupper()
+    )
+    return switches >= 2 or (value[0].isupper() and value[1:].islower() and not _is_wordish(value[1:]) and
+                              _CONSONANT_RUN_RE.search(value.lower()) is not None)
 
 
 def _plausible(value: str, strength: Strength, *, quoted: bool = False) -> bool:
@@ -265,6 +384,9 @@ def _plausible(value: str, strength: Strength, *, quoted: bool = False) -> bool:
         return False
     if "..." in value or "…" in value:
         return False  # an elided example: "eyJhbGciOi...", "sk-abc..."
+    stem = value.strip(":=")
+    if stem != value and (_is_wordish(stem) or _HEADER_NAME_RE.fullmatch(stem)):
+        return False  # `Authorization:=`, `Content-Type:`, `=Authorization`: a name and a separator, no value
     if strength != "password_env" and _CODE_CHARS_RE.search(value) and (
         _CODE_EXPR_RE.search(value) or strength == "weak" or shannon_entropy(value) < 3.5
     ):
@@ -280,6 +402,8 @@ def _plausible(value: str, strength: Strength, *, quoted: bool = False) -> bool:
             # made of (`jnjgyvun`) are a password
             if value.isalpha() and (value.islower() or value.isupper()) and not _is_wordish(value):
                 return True
+            if n >= 7 and _mixed_case_letters(value):
+                return True  # `Zxcvbnm`, `QH-TyTEdz`: letters in no word's shape, cases mixed mid-piece
             return quoted and not _fake_compound(value)
         if _DATE_RE.fullmatch(value) or _VERSION_RE.fullmatch(value):
             return False
@@ -305,7 +429,12 @@ def _plausible(value: str, strength: Strength, *, quoted: bool = False) -> bool:
     entropy = shannon_entropy(value)
     if strength == "token_env":
         return entropy >= 2.5 and not (_is_wordish(value) and not _has_letter_and_digit(value))
-    if not (_has_letter_and_digit(value) or (n >= 20 and _char_classes(value) >= 3) or _mixed_case_random(value)):
+    if not (
+        _has_letter_and_digit(value)
+        or (n >= 20 and _char_classes(value) >= 3)
+        or _mixed_case_random(value)
+        or (_B64_PADDED_RE.fullmatch(value) and n % 4 == 0 and not value.islower() and not value.isupper())
+    ):
         return False
     if _is_wordish(value):
         return False

@@ -13,11 +13,13 @@ from veritas_watch.transforms.redact.base import (
     Rule,
     Strength,
     _char_classes,
+    _chosen_word_password,
     _fake_compound,
     _Hit,
     _is_placeholder,
     _is_wordish,
     _plausible,
+    _random_printable,
     _symbol_password,
     shannon_entropy,
 )
@@ -98,7 +100,10 @@ def _extract_assignment(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
         return None
     if groups.get("op") == "," and not groups.get("nq"):
         return None  # `f(token, "x")`: only a quoted name pairs with the next argument
-    if rule.name == "env_assignment" and name.lower() in _GENERIC_KEY_NAMES and not groups.get("nq"):
+    if (groups.get("op") or "").startswith(("==", "!=")) and groups.get("qv") is None:
+        return None  # `password == confirm`: a comparison with a variable; with a literal, a hard-coded secret
+    code_op = (groups.get("op") or "").startswith(("==", "!=", "=>"))  # never prose: `:password => '...'`
+    if rule.name == "env_assignment" and name.lower() in _GENERIC_KEY_NAMES and not groups.get("nq") and not code_op:
         line_start = text.rfind("\n", 0, m.start()) + 1
         before = text[line_start : m.start()].rstrip(" \t$")
         if before and before[-1] not in "{[(,;-*#/|":
@@ -107,11 +112,19 @@ def _extract_assignment(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
     if qv is None:
         return None
     start, end, quoted = qv
-    if not quoted:
-        query = _QUERY_NEXT_RE.search(text, start, end)  # ?api_key=...&format=json
-        if query:
-            end = query.start()
+    setting = rule.name == "env_line"  # a whole `NAME=value` line: the value runs to the next space
+    if setting:
+        if text[m.start("name") - 1 : m.start("name")] == '"':
+            close = _JSON_CLOSE_RE.search(text, start, end)  # a `.env` line inside a JSON string
+            end = close.start() if close else end
+    elif not quoted:
+        if text[m.start("name") - 1 : m.start("name")] in ("?", "&"):
+            query = _QUERY_NEXT_RE.search(text, start, end)  # ?api_key=...&format=json
+            if query:
+                end = query.start()
         start, end = _trim(text, start, end)
+    if end <= start:
+        return None
     value = text[start:end]
     last = re.split(r"[.:]", name)[-1]
     env_style = last.isupper()  # DEEPSEEK_API_KEY: a deliberate variable, trusted more than code names
@@ -125,7 +138,18 @@ def _extract_assignment(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
         strength = "token_env" if env_style else "token"
     unwrapped = _WRAP_RE.sub("", value) if quoted else value
     vouched = word == "password" or "secret" in name.lower()
-    if not _plausible(unwrapped, strength) and not (vouched and _symbol_password(unwrapped)):
+    # a word-built password under an explicit password or secret name, where it is set off as a value:
+    # a string literal, an env-style setting, a YAML/INI line (`password: centipede`), an XML element
+    as_value = (quoted or env_style or setting or rule.name == "xml_secret_element" or _setting_line(m, text)) and (
+        groups.get("op") != ","  # `("secret", "private")`: a list of names, not a name and its value
+    )
+    named = word == "password" or _NAME_ENDS_SECRET_RE.search(last) is not None
+    if not (
+        _plausible(unwrapped, strength)
+        or (vouched and _symbol_password(unwrapped))
+        or _random_printable(unwrapped, min_classes=3 if vouched else 4)
+        or (named and as_value and _chosen_word_password(unwrapped))
+    ):
         return None
     service = service_from_name(last, known_only=True) or _known_service_near(text, m.start(), window=60)
     return _Hit(
@@ -136,6 +160,29 @@ def _extract_assignment(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
         service=service or service_from_name(last),
         value=unwrapped if unwrapped != value else None,
     )
+
+
+_JSON_CLOSE_RE = re.compile(r'(?<!\\)"')
+_NAME_ENDS_SECRET_RE = re.compile(r"(?i)secret$")
+
+
+def _setting_line(m: re.Match[str], text: str) -> bool:
+    """`password: centipede` / `password = open_sesame` alone on its line (YAML, INI, properties)."""
+    line_start = text.rfind("\n", 0, m.start("name")) + 1
+    if text[line_start : m.start("name")].strip(" \t-") or m.group("nq"):
+        return False
+    end = m.end()
+    line_end = text.find("\n", end)
+    if text[end : line_end if line_end >= 0 else len(text)].strip():
+        return False
+    op = m.groupdict().get("op") or ""
+    if op == "=":
+        return _INI_SECTION_RE.search(text, 0, line_start) is not None  # INI; in code it is a variable
+    return op == ":" and (m.group("v") or "").lower() not in _TYPE_NAMES  # YAML, not `password: bytes`
+
+
+_INI_SECTION_RE = re.compile(r"(?m)^[ \t]*\[[A-Za-z0-9_.\- ]{1,80}\][ \t]*$")
+_TYPE_NAMES = frozenset({"bytes", "float", "list", "dict", "text", "char", "varchar", "secretstr", "optional", "union"})
 
 
 def _extract_cli_flag(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
@@ -231,8 +278,25 @@ def _cue_value(m: re.Match[str], text: str) -> tuple[int, int, bool]:
         elif not close.isascii():
             quoted = True
     if not quoted:
+        field = _NEXT_FIELD_RE.search(text, start, end + 48)  # `Password=x;Initial Catalog=...`: the next field
+        if field and field.start() < end:
+            end = field.start()
         start, end = _trim(text, start, end)
     return start, end, quoted and prose
+
+
+_NEXT_FIELD_RE = re.compile(r";[ \t]*[A-Za-z][A-Za-z _]{1,40}=")
+
+
+def _keep_random_tail(m: re.Match[str], text: str, start: int, end: int) -> tuple[int, int]:
+    """Trimming took trailing `?`, `.` or `)` off a value: where the untrimmed value is a random printable
+    string (`1qay@WXS????`, `X)\\ivltp(G(dcPgK#)`), keep it whole. Hiding a full stop that was only
+    punctuation costs nothing; leaving a generated secret's last characters behind leaks them."""
+    raw_end = m.end("value")
+    if end >= raw_end or m.group("q") or text[end:raw_end].strip(".?!)"):
+        return start, end  # only stops, marks and a paren: a closing quote or bracket belongs to the text
+    full = text[start:raw_end]
+    return (start, raw_end) if _random_printable(full) or _symbol_password(full) else (start, end)
 
 
 _STRONG_KEY_QUALIFIERS = ("api", "access", "secret", "private", "auth", "app", "client", "bot", "license")
@@ -244,15 +308,40 @@ _NEXT_LINE_ASSIGNMENT_RE = re.compile(r"[\w.\-\[\]]+[ \t]*(?:[:=]|$)")
 def _cue_crosses_into_assignment(m: re.Match[str], text: str, start: int) -> bool:
     """`snowflake.password=` then a newline then `jdbc.snowflake.url=...`: the next line is the next
     setting (the value was left empty), not the value."""
-    return "\n" in text[m.end("sep") : start] and _NEXT_LINE_ASSIGNMENT_RE.match(text, start) is not None
+    if "\n" not in text[m.end("sep") : start]:
+        return False
+    nxt = _NEXT_LINE_ASSIGNMENT_RE.match(text, start)
+    if nxt is None:
+        return False
+    name = nxt.group().rstrip(" \t:=")
+    # a setting's name is words (`jdbc.snowflake.url`, `LOG_LEVEL`); `a9RU2RpK=at&gh` is a value
+    return not name or any(c in name for c in "._-[") or _is_wordish(name) or name.isupper()
+
+
+_CJK_RE = re.compile(r"[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]")
+
+
+def _cjk_set_off(m: re.Match[str], text: str, end: int) -> bool:
+    """`密码：blooberry，帮我…`, `password 是 goodspec 别弄丢了`: an ASCII value that a Chinese cue or
+    separator introduces and Chinese text closes is set off as a value, as quotes would set it off."""
+    if not (_CJK_RE.search(m.group("sep")) or _CJK_RE.search(m.group("cue"))):
+        return False
+    after = text[end : end + 3].lstrip(" \t")
+    return not after or after[0] in "\n" or _CJK_RE.match(after) is not None
 
 
 def _extract_password_cue(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
     start, end, quoted = _cue_value(m, text)
     if _cue_crosses_into_assignment(m, text, start):
         return None
+    start, end = _keep_random_tail(m, text, start, end)
     value = text[start:end]
-    if not _plausible(value, "password", quoted=quoted) and not _symbol_password(value):
+    if not (
+        _plausible(value, "password", quoted=quoted)
+        or _symbol_password(value)
+        or _random_printable(value)
+        or (_cjk_set_off(m, text, end) and _chosen_word_password(value))
+    ):
         return None
     service = _service_of_target(m.group("target")) or _service_before(text, m.start("cue"))
     return _Hit(start, end, key_name=m.group("cue").lower(), service=service)
@@ -262,9 +351,13 @@ def _extract_token_cue(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
     start, end, quoted = _cue_value(m, text)
     if _cue_crosses_into_assignment(m, text, start):
         return None
+    start, end = _keep_random_tail(m, text, start, end)
     value = text[start:end]
     cue = m.group("cue").lower()
-    if "secret" in cue and _symbol_password(value):
+    secret_cue = "secret" in cue or cue in ("密钥", "秘钥", "私钥")
+    if (secret_cue and (_symbol_password(value) or _random_printable(value))) or _random_printable(
+        value, min_classes=4
+    ) or (secret_cue and _cjk_set_off(m, text, end) and _chosen_word_password(value)):
         service = _service_of_target(m.group("target")) or _service_before(text, m.start("cue"))
         return _Hit(start, end, key_name=re.sub(r"[\s_-]+", " ", cue), service=service)
     if not _plausible(value, "token", quoted=quoted):

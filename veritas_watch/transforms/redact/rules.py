@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import itertools
 import re
 
 from veritas_watch.transforms.redact.base import (
@@ -16,12 +15,14 @@ from veritas_watch.transforms.redact.base import (
     Rule,
     RuleKind,
     Strength,
+    _ascending_run,
     _char_classes,
     _has_letter_and_digit,
     _Hit,
     _is_placeholder,
     _is_wordish,
     _plausible,
+    _random_printable,
     shannon_entropy,
 )
 from veritas_watch.transforms.redact.extract import (
@@ -479,6 +480,14 @@ _PROVIDER_RULES: tuple[Rule, ...] = (
         r"access_token\$(?P<secret>(?:production|sandbox)\$[a-z0-9]{16}\$[a-f0-9]{32})",
         ("access_token$",),
     ),
+    # TeamCity access tokens: a fixed JWT-like header `{"typ": "TCV2"}`, then two base64url parts
+    _p(
+        "teamcity_token",
+        "TeamCity",
+        "TEAMCITY_TOKEN",
+        _L + r"eyJ0eXAiOiAiVENWMiJ9\.[A-Za-z0-9_\-]{30,60}\.[A-Za-z0-9_\-]{40,64}" + _R,
+        ("eyj0exaioiaivenwmij9",),
+    ),
     # --- generic formats
     _p(
         "jwt",
@@ -493,8 +502,10 @@ _PROVIDER_RULES: tuple[Rule, ...] = (
         "django_secret_key",
         "Django",
         "DJANGO_SECRET_KEY",
-        # `startproject` writes `django-insecure-` + 50 of get_random_secret_key()'s alphabet
-        r"(?<![\w\-])django-insecure-[a-z0-9!@#$%^&*(\-_=+)]{40,60}(?![a-z0-9!@#$%^&*(\-_=+)])",
+        # `startproject` writes `django-insecure-` + 50 of get_random_secret_key()'s alphabet; an edited key
+        # may be longer or shorter, and one glued to what follows (`…=sk-ant-…`) is its first 50
+        r"(?<![\w\-])django-insecure-(?:[a-z0-9!@#$%^&*(\-_=+)]{40,60}(?![a-z0-9!@#$%^&*(\-_=+)])"
+        r"|[a-z0-9!@#$%^&*(\-_=+)]{50})",
         ("django-insecure-",),
         entropy=3.5,
     ),
@@ -866,7 +877,7 @@ _CONTEXT_RULES: tuple[Rule, ...] = (
         "Kubernetes",
         "KUBEADM_TOKEN",
         _L + r"[a-z0-9]{6}\.[a-z0-9]{16}" + _R,
-        ("kubeadm", "bootstrap", "--token"),
+        ("kubeadm", "bootstrap", "--token", "kubernetes", "k8s", "kubelet", "join"),
         entropy=2.5,
     ),
 )
@@ -883,10 +894,17 @@ _ASSIGNMENT_RE = (
     # a type between name and operator: Go `xToken string =`, Kotlin/TS `xToken: String =`
     r"(?:(?:[ \t]+(?:string|String|str|&str|const|final)|[ \t]*:[ \t]*[A-Za-z_][\w<>?\[\].]{0,30})"
     r"(?=[ \t]*=[ \t]*[\"'`]))?"
-    r"[ \t]*(?P<op>:{1,3}=|\?\?=|\?=|\+=|\.=|=>|->|\|\||=|:|：|,(?=[ \t]*\\?[\"'`]))[ \t]*\\?"
+    r"[ \t]*(?P<op>:{1,3}=|\?\?=|\?=|\+=|\.=|={2,3}|!={1,2}|=>|->|\|\||=|:|：|,(?=[ \t]*\\?[\"'`]))[ \t]*\\?"
     # a quoted value may be wrapped by a terminal onto following lines of base64
-    r"(?:(?P<q>[\"'`])(?P<qv>[^\"'`\n]{1,1024}?(?:\r?\n[A-Za-z0-9+/=_\-.]{1,1024}?)*)\\?(?P=q)|"
+    r"(?:(?P<q>[\"'`])(?P<qv>(?:(?!(?P=q))[^\n]){1,1024}?(?:\r?\n[A-Za-z0-9+/=_\-.]{1,1024}?)*)\\?(?P=q)|"
     r"[\"'`]?(?P<v>[^\s\"'`,;<>\\]{1,1024}))"
+)
+# A `NAME=value` setting on its own line (`.env`, shell `export`, `docker run -e`, a `.env` inside a JSON
+# string): the value is everything up to the next space, punctuation included (`PASSWORD=Zv7,qH~8'c`).
+_ENV_LINE_RE = (
+    r"(?m)(?:^[ \t]*(?:export[ \t]+|set[ \t]+|\$env:)?|(?<=[ \t]-e[ \t])|(?<=--env[ \t])|(?<=--env=)|(?<=\\n)|"
+    r"(?<=[{,][ \t]\")|(?<=: \"))"
+    r"(?P<name>[A-Za-z_][A-Za-z0-9_.\-]{0,120})=(?P<v>[^\s\"'`](?:[^\s\\]|\\[^nrt\s]){0,1023})"
 )
 # XML: `<apiToken>...</apiToken>` (the value may sit on its own line), `<add key="ClearTextPassword"
 # value="..." />` (NuGet, .NET appSettings), `<entry name="xToken" value="..."/>`.
@@ -958,8 +976,8 @@ _MYSQL_RE = (
 _CREDENTIAL_CALL_RE = (
     r"\b(?:NetworkCredential|HTTPBasicAuth|HTTPDigestAuth|UsernamePasswordCredentials|PasswordAuthentication|"
     r"BasicAuth|auth)[ \t]*=?[ \t]*\([ \t]*" + _STR + r"[ \t]*,[ \t]*(?P<q2>[\"'])(?P<arg2>[^\"'\n]{1,256})(?P=q2)"
-    r"|\bDirectoryEntry[ \t]*\([ \t]*" + _STR + r"[ \t]*,[ \t]*" + _STR
-    + r"[ \t]*,[ \t]*(?P<q3>[\"'])(?P<arg3>[^\"'\n]{1,256})(?P=q3)"
+    r"|\bDirectoryEntry[ \t]*\(\s{0,40}" + _STR + r"\s{0,40},\s{0,40}" + _STR
+    + r"\s{0,40},\s{0,40}(?P<q3>[\"'])(?P<arg3>[^\"'\n]{1,256})(?P=q3)"
 )
 
 
@@ -1027,23 +1045,13 @@ _DUNDER_RE = re.compile(r"__[A-Za-z]\w*__")
 _OWNER_RE = re.compile(r"[A-Za-z][A-Za-z0-9_\-]{2,38}")
 
 
-def _ascending_run(value: str, length: int = 8) -> bool:
-    """`abcdefgh`, `ABCDEFGH`, `01234567`: an alphabet written out, not a random string."""
-    run = 1
-    for a, b in itertools.pairwise(value):
-        run = run + 1 if ord(b) == ord(a) + 1 and a.isalnum() else 1
-        if run >= length:
-            return True
-    return False
-
-
 def _random_enough(value: str, *, relaxed: bool = False) -> bool:
     """Looks machine-generated: letters and digits mixed, high entropy, no word pieces. `relaxed`
     when a cue says it is a key ("... as the token"): a hex or short value then passes too."""
     n = len(value)
     if relaxed:
         return not _is_wordish(value) and _has_letter_and_digit(value) and shannon_entropy(value) >= 3.0
-    if _is_wordish(value) or _UUID_RE.fullmatch(value) or _DATE_RE.search(value) or _ascending_run(value):
+    if _is_wordish(value) or _UUID_RE.fullmatch(value) or _DATE_RE.search(value) or _ascending_run(value, 8):
         return False
     digits = sum(c.isdigit() for c in value)
     letters = sum(c.isascii() and c.isalpha() for c in value)
@@ -1195,10 +1203,58 @@ def _extract_bare_token(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
     return _Hit(start, end, service=_known_service_near(text, start))
 
 
+# A generated password pasted with no name or cue (`LK@au9j*xb*rDrV!k6ngDh7Kem90`): one run of printable
+# characters between spaces (or CJK text) mixing lower and upper case, digits and punctuation that
+# no identifier, path, URL, address, hash or expression is written with.
+_BARE_PASSWORD_RE = (
+    r"(?:(?<=[\s`(（：，])|^)(?P<value>[!-~]{10,128})(?=[\s`)）。，]|$)"
+)
+_RARE_MARKS_RE = re.compile(r"[!\"#$%&'()*,;<>?@\[\\\]^`{|}~]")
+_ADDRESS_RE = re.compile(r"[\w.+\-]+@[A-Za-z0-9\-]+(?:(?:\.[A-Za-z0-9\-]+)+(?:[:/]|$)|:)")
+_IDENT_TOKEN_RE = re.compile(r"[A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)*")
+_CALL_NAME_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_.]{2,})\(")
+_CODE_PIECE_RE = re.compile(r"(?:^|[^A-Za-z0-9])[a-z_][a-z0-9_]+=|\{[A-Za-z_]")
+_NAMED_SETTING_RE = re.compile(r"^-{0,2}[A-Za-z_][A-Za-z0-9_.\-]{2,}[=:]")
+
+
+def _extract_bare_password(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
+    start, end = m.span("value")
+    value = text[start:end]
+    body = value.rstrip(".,;:!?")
+    core = body.rstrip(")]}>")
+    if _IDENT_TOKEN_RE.fullmatch(core.lstrip("([{<")):
+        return None  # `N.Uint8Flags)`, `[nodes.ARG_STAR2]`: an identifier in brackets
+    if not core or (core[-1] in "\"'`" and core.count(core[-1]) == 1) or _slug(core):
+        return None  # the end of a quoted string that began before a space: `"hf download org/Model-1B",`
+    if len(body) < 10 or not _RARE_MARKS_RE.search(body):
+        return None  # base64, ids and slugs (`+/=_-.` only) are the bare-token rule's to judge
+    if "://" in body or _ADDRESS_RE.match(body) or _NAMED_SETTING_RE.match(body) or _in_url_or_id(text, start):
+        return None  # URLs, e-mail addresses and `user@host:` prompts, `--flag=value` / `key=value`
+    if body.count("/") >= 2 or body.count("\\") >= 2 or body.startswith(("*", "#", "~", "!", "&", "(", "\"", "'", "`")):
+        return None  # paths, markdown emphasis and headings, negations, quoted strings
+    call = _CALL_NAME_RE.search(body)
+    if call and (_is_wordish(call.group(1)) or "_" in call.group(1) or "." in call.group(1)):
+        return None  # `Element(score=...`, `os.path.join(`: a call
+    if _CODE_PIECE_RE.search(body) or any(body.count(q) >= 2 for q in "\"'`"):
+        return None  # `Element(score=0.49`, `f"{x}-{y}"`: a call, a keyword argument, quoted strings
+    if not _random_printable(body, min_classes=4):
+        return None
+    digits = sum(c.isdigit() for c in body)
+    lower = sum(c.islower() for c in body)
+    upper = sum(c.isupper() for c in body)
+    if min(lower, upper) < 2 or not digits:
+        return None
+    # a generated value when the trailing punctuation reads as its own (a random `.` or `!` at the end)
+    # trailing punctuation goes with a value that is random with it (hiding a full stop costs nothing)
+    keep = value if value != body and _random_printable(value, min_classes=4) else body
+    return _Hit(start, start + len(keep), service=_service_on_line(text, start, start + len(keep)))
+
+
 _GENERIC_RULES: tuple[Rule, ...] = (
     _g(
         "env_assignment", _ASSIGNMENT_RE, ("key", "token", "secret", "pass", "pwd", "auth", "cred"), _extract_assignment
     ),
+    _g("env_line", _ENV_LINE_RE, ("key", "token", "secret", "pass", "pwd", "auth", "cred"), _extract_assignment),
     _g("xml_secret_element", _XML_ELEMENT_RE, ("key", "token", "secret", "pass", "pwd", "auth", "cred"),
        _extract_assignment),
     _g("xml_key_value", _XML_KEY_VALUE_RE, ("value",), _extract_assignment),
@@ -1235,6 +1291,7 @@ _GENERIC_RULES: tuple[Rule, ...] = (
     _g("trailing_cue", _TRAILING_CUE_RE, ("key", "token", "secret", "pass", "credential"), _extract_trailing_cue,
        kind="cue"),
     _g("high_entropy_token", _BARE_TOKEN_RE, (), _extract_bare_token, kind="cue", key_name="token"),
+    _g("random_password", _BARE_PASSWORD_RE, (), _extract_bare_password, kind="cue", key_name="password"),
 )
 
 # Kubernetes Secret manifests: every value under `data:` (base64) or `stringData:` of a `kind: Secret`.
