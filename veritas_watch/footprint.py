@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -90,11 +91,9 @@ def drop_mapped_pages(directory: Path) -> int:
     left alone: there it would discard changes. A few milliseconds (the mapping list, then one call each),
     no reopen, no GIL held while the kernel works.
     """
-    name = ctypes.util.find_library("c")
-    if not name:
+    libc = _libc()
+    if libc is None:
         return 0
-    libc = ctypes.CDLL(name, use_errno=True)
-    libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
     return sum(libc.madvise(start, end - start, _MADV_DONTNEED) == 0
                for start, end, _ in _shared_file_mappings(directory, "maps"))
 
@@ -102,7 +101,21 @@ def drop_mapped_pages(directory: Path) -> int:
 def release_freed_heap() -> None:
     """Give the heap freed since (an optimization's buffers, a closed shard) back to the OS (glibc's malloc_trim;
     the embedded engine allocates with it too)."""
+    libc = _libc()
+    if libc is not None:
+        with contextlib.suppress(AttributeError):  # not glibc
+            libc.malloc_trim(0)
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL | None:
+    """The C library, looked up once (`find_library` runs ldconfig: a release may come every 0.25 s)."""
     name = ctypes.util.find_library("c")
-    if name:
-        with contextlib.suppress(OSError, AttributeError):  # AttributeError: not glibc
-            ctypes.CDLL(name).malloc_trim(0)
+    if not name:
+        return None
+    try:
+        libc = ctypes.CDLL(name, use_errno=True)
+    except OSError:
+        return None
+    libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    return libc
