@@ -13,6 +13,7 @@ only the searches.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import pickle
@@ -37,7 +38,7 @@ from veritas_watch.embedding import Embedder, WithCrossLanguage, load_embedder  
 from veritas_watch.model import Chunk, RawRecord, SessionState, SourceRef  # noqa: E402
 from veritas_watch.pipeline import make_points, store_meta, transform_records  # noqa: E402
 from veritas_watch.query import MemoryRequest, embed_request, run_search  # noqa: E402
-from veritas_watch.ranking import DEFAULT_RANKING, RankingConfig  # noqa: E402
+from veritas_watch.ranking import DEFAULT_RANKING, RankingConfig, floor_for  # noqa: E402
 from veritas_watch.sinks.edge import EdgeStore  # noqa: E402
 
 CACHE = REPO / ".test-cache" / "emb"
@@ -226,16 +227,18 @@ def main() -> int:
         if args.floor_json:
             args.floor_json.write_text(json.dumps(floor_data(store, embedder, conversations)))
         dia_of = dia_map(conversations)
-        setups = {
-            "dense": {"mode": "dense", "expand": False},
-            "sparse": {"mode": "sparse", "expand": False},
-            "hybrid, no expansion": {"expand": False},
-            "hybrid": {},
-            "hybrid + floor": {"floor": DEFAULT_RANKING.floor},
+        floor = floor_for(embedder, -1)  # the daemon's default: both models' floors
+        setups: dict[str, tuple[dict[str, Any], RankingConfig]] = {
+            "dense": ({"mode": "dense", "expand": False}, DEFAULT_RANKING),
+            "sparse": ({"mode": "sparse", "expand": False}, DEFAULT_RANKING),
+            "hybrid, no expansion": ({"expand": False}, DEFAULT_RANKING),
+            "hybrid": ({}, DEFAULT_RANKING),
+            "hybrid + floor (the default)": ({"floor": floor}, DEFAULT_RANKING),
+            "default without the time cue": ({"floor": floor}, dataclasses.replace(DEFAULT_RANKING, time_boost=0.0)),
         }
         out = {}
-        for label, fields in setups.items():
-            out[label] = evaluate(questions, searcher(store, embedder, fields), dia_of)
+        for label, (fields, ranking) in setups.items():
+            out[label] = evaluate(questions, searcher(store, embedder, fields, ranking), dia_of)
             print(line(label, out[label]), flush=True)
         for m in models:
             m.save()

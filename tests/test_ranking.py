@@ -23,6 +23,8 @@ from veritas_watch.ranking import (
     score_fuse,
     sequence_neighbours,
     session_boost,
+    time_cue,
+    time_cues,
 )
 
 ranked_lists = st.lists(
@@ -297,3 +299,39 @@ def test_real_cjk_queries_clear_the_relevance_floor(e5: object, retrieval_index:
     for query, vector in zip(queries, e5.query(queries), strict=True):  # type: ignore[attr-defined]
         dense, _ = index.lists(vector.tolist(), query)
         assert passes_floor(dense[0][1]), query
+
+
+# ------------------------------------------------------------------ time cue
+
+
+@pytest.mark.parametrize(("query", "cues"), [
+    ("What did Gina find for her store on 1 February, 2023?", [(2023, 2, 1)]),
+    ("What painting did Melanie show on October 13, 2023?", [(2023, 10, 13)]),
+    ("What did they paint in July 2023?", [(2023, 7, None)]),
+    ("When did Melanie go camping in June?", [(None, 6, None)]),
+    ("what happened on the 5th of March", [(None, 3, 5)]),
+    ("How many times did she go to the beach in 2023?", [(2023, 0, None)]),
+    ("Sept 3rd 2022 and Dec 24", [(2022, 9, 3), (None, 12, 24)]),
+])
+def test_time_cues_read_the_dates_a_query_names(query: str, cues: list[tuple[int | None, int, int | None]]) -> None:
+    assert time_cues(query) == cues
+
+
+@pytest.mark.parametrize("query", [
+    "this may help in march", "you may 2 times", "What about 45 June?", "how is the ferry", "room 2023",
+])
+def test_no_time_cue_without_a_date(query: str) -> None:
+    assert time_cues(query) == []
+
+
+def test_time_cue_lifts_memories_of_the_named_day_only() -> None:
+    day = {"a": 1675209600.0 + 3600, "b": 1675209600.0 - 3600, "c": None,  # 2023-02-01 01:00, 2023-01-31 23:00 UTC
+           "d": 1e300}  # no time at all
+    ranked = [("b", 1.0), ("c", 0.9), ("a", 0.8), ("d", 0.7)]
+    cued = time_cue(ranked, day.get, "on February 1, 2023", 0.4)
+    assert cued[0] == ("a", pytest.approx(0.8 * 1.4))
+    assert [k for k, _ in cued[1:]] == ["b", "c", "d"]
+    assert time_cue(ranked, day.get, "what did we say", 0.4) == ranked
+    assert time_cue(ranked, day.get, "on February 1, 2023", 0.0) == ranked
+    # both dated memories are of 2023: their order stays, the undated one falls behind
+    assert [k for k, _ in time_cue(ranked, day.get, "in 2023", 0.4)] == ["b", "a", "c", "d"]

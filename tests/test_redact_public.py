@@ -91,9 +91,12 @@ def test_recall_on_the_held_out_corpus_noseyparker() -> None:
     result = recall("noseyparker")
     report("noseyparker", result)
     assert result.overall.total >= 5500
-    assert result.overall.recall >= 0.965
+    assert result.overall.recall >= 0.978
     for shape, tally in result.by_shape.items():
-        assert tally.recall >= (0.87 if shape == "example" else 0.92), shape
+        # the example texts' misses are mostly documented placeholders (`Password=secret;`), kept visible
+        assert tally.recall >= (0.93 if shape == "example" else 0.95), shape
+    partial = [p for p, how in result.misses if how == "partial"]
+    assert len(partial) <= 0.001 * result.overall.total
 
 
 def test_redacting_the_corpus_leaves_no_caught_value_behind() -> None:
@@ -387,6 +390,13 @@ def test_ids_paths_and_digests_beside_a_provider_are_left_alone(text: str) -> No
     assert detect(text) == [], [(m.rule, m.value) for m in detect(text)]
 
 
+@pytest.mark.parametrize("glued", ["=https://example.com/docs?page=2 ", "==", "\nthanks"])
+def test_a_key_body_ends_where_base64_does_even_with_text_glued_on(glued: str) -> None:
+    body = "\n".join(_key_body("openssh", 4))
+    out = redact.redact(body + glued, KEY).text
+    assert all(line not in out for line in body.splitlines()), out  # its last line was left out before
+
+
 def test_a_certificate_body_is_not_taken_for_a_private_key() -> None:
     text = "the cert:\n" + "\n".join(_certificate_body())
     assert [m for m in detect(text) if m.rule == "private_key_body"] == []
@@ -531,3 +541,97 @@ def test_the_builder_keeps_the_credential_itself() -> None:
     conn = "Server=db,1433;Database=B2B;User ID=u;Password=#gets0m3;Trusted_Connection=False"
     assert final_secret({**base, "secret": conn})["secret"] == "#gets0m3"
     assert final_secret({**base, "secret": "#{datastore['DBPASSWORD"}) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# Shapes added after the third measurement: values that run past an escaped quote or begin with a
+# backtick, short generated secrets, hex tokens, a value alone under a label line, the names providers
+# document for bare hex tokens, more provider formats, JWE and padded JWTs, URL userinfo as pasted,
+# words with a symbol after a token cue, generated passwords without digits.
+
+_JWT_HEADER = base64.urlsafe_b64encode(b'{"alg":"HS256","typ":"JWT"}').decode()  # padded: `...J9`
+_JWE_HEADER = base64.urlsafe_b64encode(b'{"alg":"RSA-OAEP","enc":"A256GCM"}').decode().rstrip("=")
+_JWT_CLAIMS = base64.urlsafe_b64encode(b'{"sub":"svc-ingest","iat":1733000000}').decode()
+THIRD_ROUND = [
+    ("json value with an escaped quote", '7k`D\\"}/vYR)T;W\\\\5]EBrf;_&k>qX?', '{{"jwt_secret": "{v}"}}'),
+    ("gradle buildConfigField, single-quoted java literal", _rand(32, "0123456789abcdef"),
+     "buildConfigField 'String', 'API_KEY', '\"{v}\"'"),
+    ("gradle buildConfigField, escaped java literal", _rand(32, "0123456789abcdef"),
+     'buildConfigField "String", "MAPS_API_KEY", "\\"{v}\\""'),
+    ("quoted password starting with a backtick", "`9Zxqwe" + _rand(6), "password = '{v}'"),
+    ("env password starting with a backtick", "`9Zxqwe" + _rand(6), "NODE_ENV=production\nDB_PASSWORD={v}\nPORT=3000"),
+    ("chinese cue, value starting with a backtick", "`9Zxqwe" + _rand(6), "新的 Redis password：{v}（旧的已经作废）"),
+    ("nine printable characters under a secret name", "k_gr[/xK7", 'jwtSecret = "{v}"'),
+    ("hex token after a token cue", "3fea6af1349166ea", "curl -H \"Token: {v}\" https://ci.example.com/api"),
+    ("hex token on the line after a cue", "3fea6af1349166ea", "Drone token:\n{v}\nthat's all"),
+    ("jenkins setup wizard", _rand(32, "0123456789abcdef"),
+     "Jenkins initial setup is required. An admin user has been created and a password generated.\n"
+     "Please use the following password to proceed to installation:\n\n{v}\n\n"
+     "This may also be found at: /var/jenkins_home/secrets/initialAdminPassword"),
+    ("sonar.login property", _rand(40, "0123456789abcdef"), "mvn sonar:sonar -Dsonar.login={v}"),
+    ("sonarLogin variable", _rand(40, "0123456789abcdef"), '$sonarLogin = "{v}"'),
+    ("code climate reporter id in CI yaml", _rand(64, "0123456789abcdef"), "env:\n  CC_TEST_REPORTER_ID: {v}\n"),
+    ("jenkins crumb header", _rand(32, "0123456789abcdef"), "curl -X POST -H 'Jenkins-Crumb:{v}' https://ci/job/x"),
+    ("new relic license key", "eu01xx" + _rand(30, "0123456789abcdef") + "NRAL", "    license: {v}"),
+    ("new relic insights query key", "NRIQ-" + _rand(32, _ALNUM + "-_"), '  "querykey": "{v}",'),
+    ("azure devops PAT, 2024 format", _rand(52) + "JQQJ99" + _rand(18) + "AZDO" + _rand(4), "token = '{v}'"),
+    ("asana PAT", "2/1204567890123456/1207654321098765:" + _rand(32, "0123456789abcdef"), "asana: {v}"),
+    ("twitch chat token", "oauth:" + _rand(30, "abcdefghijklmnopqrstuvwxyz0123456789"), "PASS {v}"),
+    ("buildkite token", "bkua_" + _rand(40, "0123456789abcdef"), "here: {v}"),
+    ("langfuse secret key", "sk-lf-" + _uuid(), "LANGFUSE_SECRET_KEY={v}"),
+    ("grafana key with a one-letter name",
+     base64.b64encode(b'{"k":"' + _rand(32).encode() + b'","n":"a","id":1}').decode().rstrip("="),
+     "use {v} for grafana"),
+    ("JWE, five segments", f"{_JWE_HEADER}.{_rand(86, _ALNUM + '-_')}.{_rand(16)}.{_rand(60)}.{_rand(22)}",
+     "id_token={v}"),
+    ("JWT with padded segments", f"{_JWT_HEADER}.{_JWT_CLAIMS}.{_rand(43, _ALNUM + '-_')}", "Bearer {v}"),
+    ("password with a slash in URL userinfo", "ab/cd9Xk2" + _rand(6), "redis://:{v}@cache.internal:6379/0"),
+    ("password with a quote in URL userinfo", "Zq'9xLm2" + _rand(4), "postgres://app:{v}@db/app"),
+    ("URL userinfo before an IPv6 host", "Qo3j9V98" + _rand(6), "postgresql://app:{v}@[::1]:5432/db"),
+    ("go mysql DSN", "Qo3j9V98" + _rand(6), 'sql.Open("mysql", "deploy:{v}@tcp(127.0.0.1:3306)/app")'),
+    ("word with a symbol after a token cue, quoted", "Quintessa$",
+     "ok the new Acme token is `{v}` (the old one is revoked)"),
+    ("word with a symbol after a chinese token cue", "Quintessa$", "Acme 的 token 是 {v} 别弄丢了"),
+    ("word with a symbol under an env token name", "Quintessa$", 'ACME_TOKEN="{v}"\nTIMEOUT_MS=3000'),
+    ("bare generated password without digits", "iCNGKxzqSPObw&$l%@T^w", "ok so {v} is what they gave me"),
+    ("bare generated password opening with a mark", "!oeAbAj*kjdpWDCpjHzMswG=N", "ok so {v} is what they gave me"),
+    ("one mark, cases switching, after a password cue", "qaKLal)Idi", "新的 Mongo password：{v}（旧的已经作废）"),
+    ("ascii stop glued to chinese text", "e_Tagju.", "新的 Mongo password：{v}（旧的已经作废）"),
+    ("a run of question marks ending a generated password", "7wsx@EDC????", "my Acme password is {v} - keep it"),
+    ("symbol-bearing token alone on the line after its cue", "kPOfvQ+onByaUvZ==", "Acme token:\n{v}\nthat's all"),
+]
+
+
+@pytest.mark.parametrize(("label", "value", "template"), THIRD_ROUND, ids=[p[0] for p in THIRD_ROUND])
+def test_shapes_of_the_third_measurement_are_hidden_whole(label: str, value: str, template: str) -> None:
+    test_provider_formats_are_hidden_whole(label, value, template)
+
+
+NOT_SECRETS_THIRD = [
+    'secret = "config_map[key"',  # a subscript cut at a quote
+    "the token is `read+write`",  # scopes
+    "GITHUB_TOKEN=read+write",
+    "Password:\n\nReset it in the settings page.\n",
+    "Your API key:\n\nhttps://console.example.com/keys\n",
+    "see https://example.com:8443/docs/v2@latest",
+    "docker pull docker://registry:5000/img@sha256:abc",
+    "pip install git+https://github.com/org/repo.git@v1.2.3",
+    "url: https://cdn.example.com:443/npm/pkg@1.2.3/dist/x.js",
+    'dsn := "root:@tcp(localhost:3306)/db"',
+    "if !isEnabled && !hasValue then",
+    "use !important here",
+    "sonar.login is required by the scanner",
+    'password = "`hunter2`"',
+    "密钥： `Authorization: Authorization: ",  # a header's name after a stray backtick (found by hypothesis)
+    "token:\nread+write\nok",
+    "password:，password: ok，password: ",  # Chinese punctuation and a word (found by hypothesis)
+]
+
+
+@pytest.mark.parametrize("text", NOT_SECRETS_THIRD)
+def test_scopes_paths_and_markup_of_the_third_measurement_are_left_alone(text: str) -> None:
+    assert detect(text) == [], [(m.rule, m.value) for m in detect(text)]
+
+
+def test_a_full_stop_after_an_english_password_stays_text() -> None:
+    assert [m.value for m in detect("my password is hunter22.")] == ["hunter22"]

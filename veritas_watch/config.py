@@ -62,10 +62,10 @@ class StoreConfig:
     # within this many seconds, or after this many points, or at once when the pipeline goes idle.
     flush_interval: float = 5.0
     flush_points: int = 4096
-    # The growing segment is optimized (int8 vectors in RAM, the rest on disk) once it holds this many points.
+    # The growing segment is optimized (4-bit vectors in RAM, the rest on disk) once it holds this many points.
     segment_points: int = 10_000
     # MB of resident memory the daemon aims to stay under (keep the unit's MemoryHigh=/MemoryMax= above it);
-    # from 80% of it, the pages of the store's mapped files are dropped from it (pipeline.Sink). 0: no budget.
+    # from 80% of it, the pages of the store's and models' mapped files are dropped from it (pipeline.Sink). 0: none.
     memory_budget_mb: int = 400
 
 

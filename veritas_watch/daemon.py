@@ -44,7 +44,7 @@ from veritas_watch.pipeline import (
     transform_records,
 )
 from veritas_watch.problems import ProblemLog, check_sqlite
-from veritas_watch.sinks.configured import configured_embedder, configured_store
+from veritas_watch.sinks.configured import configured_embedder, configured_store, models_dir
 from veritas_watch.sinks.store import Store, StoreError
 from veritas_watch.snapshot import Snapshot
 from veritas_watch.sources.archives import CompressedArchives
@@ -115,7 +115,8 @@ def open_runtime(config: Config, commit: CommitBatch, wrap_store: StoreWrapper |
                 retry_initial=pipe.retry_initial, retry_max=pipe.retry_max, on_store_latency=on_store_latency,
                 upkeep=Upkeep(flush_interval=config.store.flush_interval, flush_points=config.store.flush_points,
                               segment_points=config.store.segment_points,
-                              memory_budget_mb=config.store.memory_budget_mb))
+                              memory_budget_mb=config.store.memory_budget_mb),
+                model_dir=models_dir(config))
     cursors = CursorStore(data_dir / "cursors.sqlite")
     tailer = JsonlTailer(config.state_dir, cursors.load_files(), max_line_bytes=config.watch.max_line_bytes,
                          read_chunk_bytes=config.watch.read_chunk_bytes, problems=problems, checkpoints=cursors)

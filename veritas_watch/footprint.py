@@ -1,7 +1,8 @@
 """This process's memory: how much is resident, and giving back what is only a cache (a leaf module).
 
-The daemon's memory budget (`store.memory_budget_mb`, the sink's upkeep) reads `footprint()`; the embedded
-store's `release_memory()` uses `drop_mapped_pages` and `release_freed_heap`.
+The daemon's memory budget (`store.memory_budget_mb`, the sink's upkeep) reads `footprint()`; its release
+(the embedded store's `release_memory()`, the models' mapped files) uses `drop_mapped_pages` and
+`release_freed_heap`.
 """
 
 from __future__ import annotations

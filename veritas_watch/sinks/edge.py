@@ -7,22 +7,25 @@ its read thread.
 Layout (issue 16, measured by bench/scale.py): the growing segment takes new points; `optimize()`, called
 by the daemon when it has grown by `EdgeTuning.segment_points` and after a backfill, turns it into an
 optimized segment whose original vectors, payload and sparse index stay on disk (mmap, not pre-warmed)
-and whose dense vectors are also kept as int8 in RAM (searches scan those, then rescore the best with the
-originals, 2x oversampled). No HNSW graph is built (m=0): qdrant-edge-py 0.9 holds the GIL while it
-optimizes, and a graph over 12k points froze the whole process for 10.4 s; without one, converting a
-segment costs ~0.1 ms per point and one agent's 100k points are scanned in 13-28 ms (load 5).
+and whose dense vectors are also kept quantized in RAM, 4 bits a dimension (searches scan those, then
+rescore the best with the originals, 2x oversampled; stores created before keep int8). No HNSW graph is
+built (m=0): qdrant-edge-py 0.9 holds the GIL while it optimizes, and a graph over 12k points froze the
+whole process for 10.4 s; without one, converting a segment costs ~0.1 ms per point and one agent's 100k
+points are scanned in 13-28 ms (load 5).
 `flush()` makes every acknowledged write durable and trims the WAL; `release_memory()` drops the pages of
 the mapped files from the process's RSS when the daemon's memory budget asks for it.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import time
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import qdrant_edge as qe
 
@@ -63,13 +66,32 @@ def _payload(raw: object) -> dict[str, object]:
     return dict(raw) if isinstance(raw, dict) else {}
 
 
+Quantization = Literal["turbo4", "int8"]
+
+
 @dataclass(frozen=True)
 class EdgeTuning:
     """How the shard keeps its data in memory and on disk (bench/scale.py compares the settings)."""
 
-    compact: bool = True  # on-disk originals, payload and sparse index; int8 dense vectors in RAM
+    compact: bool = True  # on-disk originals, payload and sparse index; quantized dense vectors in RAM
+    quantization: Quantization = "turbo4"  # of a new store; an existing one keeps its own (`stored_quantization`)
     segment_points: int = 10_000  # points the growing segment takes before optimize() converts it
     max_segments: int = 16  # optimized segments before the smallest are merged
+
+
+def stored_quantization(path: Path) -> Quantization | None:
+    """The quantization a compact store was created with (None: a new store, or one before issue 16).
+
+    A store keeps it: switching re-quantizes every segment in one optimization that holds the GIL (57 s for
+    100k points at load 13, longer than the watchdog waits for the pipeline)."""
+    try:
+        config = json.loads((path / "edge_config.json").read_text())
+        quantized = config["vectors"][DENSE]["quantization_config"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if isinstance(quantized, dict) and "scalar" in quantized:
+        return "int8"
+    return "turbo4" if isinstance(quantized, dict) and "turbo" in quantized else None
 
 
 DEFAULT_TUNING = EdgeTuning()
@@ -81,7 +103,8 @@ class EdgeStore:
     def __init__(self, path: Path, meta: StoreMeta, tuning: EdgeTuning = DEFAULT_TUNING) -> None:
         self.meta = meta
         self.path = path
-        self.tuning = tuning
+        stored = stored_quantization(path)
+        self.tuning = tuning = tuning if stored is None else dataclasses.replace(tuning, quantization=stored)
         self._xling = meta.xling_dim is not None
         self._edge_config = self._config(meta.dim, meta.xling_dim, tuning)
         self.points_since_optimize = 0  # points written since the last optimize(): the growing segment
@@ -108,10 +131,17 @@ class EdgeStore:
                 sparse_vectors={SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
                 wal_enabled=True,
             )
-        int8 = qe.ScalarQuantizationConfig(qe.ScalarType.Int8, quantile=0.99, memory=qe.Memory.Pinned)
+        # 4-bit TurboQuant rather than int8 (bench/scale.py --quantization-ab and --locomo, 100k points of one
+        # agent): LoCoMo R@1/5/10 identical; the heap opening the store adds 23-26 instead of 36-43 MB; one
+        # dense query p50 22.8 vs 26.4 and 9.3 vs 12.5 ms (two runs, each interleaved); conversion times within
+        # the noise of a loaded machine (45 vs 29 s, 40 vs 66 s for the whole 100k).
+        quantized: qe.TurboQuantQuantizationConfig | qe.ScalarQuantizationConfig = (
+            qe.TurboQuantQuantizationConfig(bits=qe.TurboQuantBitSize.Bits4, memory=qe.Memory.Pinned)
+            if tuning.quantization == "turbo4"
+            else qe.ScalarQuantizationConfig(qe.ScalarType.Int8, quantile=0.99, memory=qe.Memory.Pinned))
         sizes = {DENSE: dim} | ({XLING: xling_dim} if xling_dim is not None else {})
         vectors = {name: qe.EdgeVectorParams(size=size, distance=qe.Distance.Cosine, memory=qe.Memory.Cold,
-                                             quantization_config=int8) for name, size in sizes.items()}
+                                             quantization_config=quantized) for name, size in sizes.items()}
         segment_kb = max(1, tuning.segment_points * sum(sizes.values()) * 4 // 1024)
         return qe.EdgeConfig(
             vectors=vectors,
@@ -183,7 +213,7 @@ class EdgeStore:
             return qe.QueryRequest(limit=query.limit, query=qe.OrderBy("position", direction=direction),
                                    filter=flt, with_payload=True)
         dense = qe.Query.Nearest(list(query.dense), using=query.using) if query.dense is not None else None
-        # int8 candidates, rescored with the original vectors (no effect on a segment without quantization)
+        # quantized candidates, rescored with the original vectors (no effect on a segment without quantization)
         sparse = (
             qe.Query.Nearest(qe.SparseVector(list(query.sparse.indices), list(query.sparse.values)), using=SPARSE)
             if query.sparse is not None and query.sparse.indices
@@ -267,11 +297,16 @@ class EdgeStore:
 
     def optimize(self) -> bool:
         """Convert the grown segment (and merge small ones); True if anything changed. Blocks the process
-        (qdrant-edge-py holds the GIL): about 0.1 ms per point of the grown segment."""
+        (qdrant-edge-py holds the GIL): about 0.1 ms per point of the grown segment.
+
+        The conversion maps the segment it reads and the one it writes: a 100k-point daemon's RSS rose by
+        ~110 MB of file pages for the seconds a 10k-point conversion took, and no release can run meanwhile
+        (the GIL). So it starts with the store's mapped pages dropped and ends with what it touched dropped."""
         try:
             started = time.perf_counter()
+            drop_mapped_pages(self.path)  # the growing segment's pages: ~50 MB before a 10k-point conversion
             changed = bool(self._shard.optimize())
-            release_freed_heap()  # the optimization's buffers, freed but otherwise kept by the allocator
+            self.release_memory()  # its pages, and its buffers (freed, but otherwise kept by the allocator)
             self.points_since_optimize = 0
             self.last_optimize = time.perf_counter() - started
         except Exception as exc:

@@ -224,9 +224,10 @@ def _fake_compound(value: str) -> bool:
 
 
 # A password built of words or letters joined by symbols (`development#product`, `Prestigitariu$`,
-# `mycoin!1`): given under a password or secret name, a symbol inside makes it a chosen secret, not prose.
+# `mycoin!1`, `` `123QWERasdf ``): given under a password or secret name, a symbol inside makes it a chosen
+# secret, not prose.
 _SYMBOL_PASSWORD_RE = re.compile(
-    r"(?=[^!#$%^&*@+=~]*[!#$%^&*@+=~])(?=[^A-Za-z]*[A-Za-z]{2})[A-Za-z0-9!#$%^&*@+=~_\-]{8,128}"
+    r"(?=[^!#$%^&*@+=~`]*[!#$%^&*@+=~`])(?=[^A-Za-z]*[A-Za-z]{2})[A-Za-z0-9!#$%^&*@+=~`_\-]{8,128}"
 )
 
 
@@ -235,11 +236,19 @@ def _symbol_password(value: str) -> bool:
     return (
         _SYMBOL_PASSWORD_RE.fullmatch(value) is not None
         and not _is_placeholder(value)
-        and not _fake_compound(re.sub(r"[!#$%^&*@+=~]", "-", value))
+        and not _fake_compound(re.sub(r"[!#$%^&*@+=~`]", "-", value))
+        and not _backtick_markup(value)
         and not _REFERENCE_RE.search(value)
         and not value.startswith(("$", "@", "%", "=", ":"))  # `=Authorization`: the separator, then a word
         and not _word_setting(value)
     )
+
+
+def _backtick_markup(value: str) -> bool:
+    """A backtick at the edge is markup or a stray quote unless what it wraps is no name or word:
+    `` `hunter2` `` and `` `Authorization `` are text, `` `123QWERasdf `` is a password."""
+    core = value.strip("`")
+    return core != value and (value[0] == value[-1] == "`" or _IDENTIFIER_RE.fullmatch(core) is not None)
 
 
 def _word_setting(value: str) -> bool:
@@ -282,7 +291,7 @@ def _random_printable(value: str, *, min_classes: int = 3) -> bool:
         return False
     if _PATTERN_SYNTAX_RE.search(value) or _REFERENCE_RE.search(value) or "://" in value:
         return False
-    head = re.match(r"[A-Za-z_$][\w.$]{2,}(?=\[)", value)
+    head = re.match(r"[A-Za-z_$][\w.$]{2,}(?=\[(?:[\w'\"$:\-\]]|$))", value)  # not `i_gr[/iK7`: no index
     if head and (_is_wordish(head.group()) or "_" in head.group()):
         return False  # `RaisesGroup[ExcT_1`, `config_map[key`: a subscript
     if any(_word_run(run) for run in _LETTER_RUN_RE.findall(value)) or any(
@@ -300,11 +309,25 @@ def _random_printable(value: str, *, min_classes: int = 3) -> bool:
     if _IDENT_PATH_RE.fullmatch(value.lstrip("!~-&*+")) or _IDENTIFIER_RE.fullmatch(value.lstrip("!~-&*+")):
         return False  # `!surface.channelEnabled`, `-defaultValue`: an expression
     marks = sum(c in _PRINTABLE_SYMBOLS and c not in "._-" for c in value)
-    if marks < 2 and not (marks and any(c.isdigit() for c in value)):
-        return False  # a random printable string mixes in symbols; one lone mark is how names are written
+    # a random printable string mixes in symbols; one lone mark is how names are written, unless digits
+    # or (for a value a name vouches for) letters switching case as no name does come with it (`qaKLal)Idi`)
+    random_case = min_classes < 4 and _case_switches(value) >= 2
+    if marks < 2 and not (marks and (any(c.isdigit() for c in value) or random_case)):
+        return False
     if _ascending_run(value, 6):
         return False  # `abcdef...xyz0123!@#`: an alphabet written out
-    return shannon_entropy(value) >= (3.0 if n < 12 else 3.3)
+    # a short draw repeats a character or two by chance (`i_gr[/iK7`): the bar follows log2(n), the most
+    # n characters can score
+    return shannon_entropy(value) >= min(3.0 if n < 12 else 3.3, math.log2(n) - 0.35)
+
+
+def _case_switches(value: str) -> int:
+    """Case changes inside runs of letters after their first (`qaKLal` 2, `WUQb` 1, `userName` 1,
+    `HTTPServer` 1): random letters switch often, words and names at a word's start."""
+    switches = 0
+    for run in re.findall(r"[A-Za-z]{2,}", value):
+        switches += sum(1 for a, b in itertools.pairwise(run[1:]) if a.isupper() != b.isupper())
+    return switches
 
 
 def _ascending_run(value: str, length: int) -> bool:
@@ -371,6 +394,9 @@ def _mixed_case_letters(value: str) -> bool:
                               _CONSONANT_RUN_RE.search(value.lower()) is not None)
 
 
+_CJK_PUNCT_RE = re.compile(r"[\u3000-\u303f\uff00-\uff0f\uff1a-\uff20\uff3b-\uff40\uff5b-\uff65]")
+
+
 def _plausible(value: str, strength: Strength, *, quoted: bool = False) -> bool:
     """Does `value`, found after a secret-ish name or cue, look like an actual secret?
 
@@ -384,6 +410,8 @@ def _plausible(value: str, strength: Strength, *, quoted: bool = False) -> bool:
         return False
     if "..." in value or "…" in value:
         return False  # an elided example: "eyJhbGciOi...", "sk-abc..."
+    if _CJK_PUNCT_RE.match(value) or _CJK_PUNCT_RE.match(value[-1]):
+        return False  # `password:，password`: Chinese punctuation and a word, no value
     stem = value.strip(":=")
     if stem != value and (_is_wordish(stem) or _HEADER_NAME_RE.fullmatch(stem)):
         return False  # `Authorization:=`, `Content-Type:`, `=Authorization`: a name and a separator, no value
@@ -438,7 +466,10 @@ def _plausible(value: str, strength: Strength, *, quoted: bool = False) -> bool:
         return False
     if _is_wordish(value):
         return False
-    threshold = 3.5 if strength == "weak" else (3.0 if n >= 16 else 2.6)
+    # a random hex string draws on 16 symbols, so it scores lower than base62 of the same length
+    # (`3fea6af1349166ea`: 2.9)
+    hexish = all(c in "0123456789abcdefABCDEF" for c in value)
+    threshold = 3.5 if strength == "weak" else (3.0 if n >= 16 and not hexish else 2.6)
     return entropy >= threshold
 
 

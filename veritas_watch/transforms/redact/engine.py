@@ -70,6 +70,15 @@ def _merge(text: str, candidates: list[_Candidate]) -> list[SecretMatch]:
     return matches
 
 
+# Rule indexes by keyword, built once: a text wakes a handful of rules, not 185 set tests per text (an id
+# field is redacted too, on every entry).
+_RULES_OF_KEYWORD: dict[str, tuple[int, ...]] = {
+    keyword: tuple(i for i, (_, keywords) in enumerate(_RULE_KEYWORDS) if keyword in keywords)
+    for keyword in _ALL_KEYWORDS
+}
+_KEYWORDLESS_RULES = tuple(i for i, (_, keywords) in enumerate(_RULE_KEYWORDS) if not keywords)
+
+
 def _marker_spans(text: str, lowered: str) -> list[tuple[int, int]]:
     if _MARKER_PREFIX not in lowered:
         return []
@@ -89,11 +98,13 @@ def detect(text: str) -> list[SecretMatch]:
         blocked = blocked + [(m.start, m.end) for m in masked]
     blocked_spans = _Spans(blocked)
     candidates: list[_Candidate] = []
-    # each distinct keyword is looked up once, then a rule runs if any of its keywords is present
-    present = {k for k in _ALL_KEYWORDS if k in lowered}
-    for rule, keywords in _RULE_KEYWORDS:
-        if keywords and keywords.isdisjoint(present):
-            continue
+    # each distinct keyword is looked up once; the rules it wakes and those without keywords run, in order
+    woken = set(_KEYWORDLESS_RULES)
+    for keyword in _ALL_KEYWORDS:
+        if keyword in lowered:
+            woken.update(_RULES_OF_KEYWORD[keyword])
+    for index in sorted(woken):
+        rule = _RULE_KEYWORDS[index][0]
         for m in rule.pattern.finditer(text):
             hit = rule.extract(rule, m, text)
             if hit is None or hit.end <= hit.start:

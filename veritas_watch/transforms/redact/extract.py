@@ -8,6 +8,7 @@ import re
 import urllib.parse
 
 from veritas_watch.transforms.redact.base import (
+    _PATH_RE,
     _REFERENCE_RE,
     _WORDLIKE_RE,
     Rule,
@@ -87,6 +88,7 @@ def _trim(text: str, start: int, end: int) -> tuple[int, int]:
 
 
 _WRAP_RE = re.compile(r"\r?\n")
+_JOINED_WORDS_RE = re.compile(r"[A-Za-z]+(?:[^A-Za-z0-9][A-Za-z]+)+")
 _QUERY_NEXT_RE = re.compile(r"&[A-Za-z_][A-Za-z0-9_.\-]*=")
 
 
@@ -112,6 +114,11 @@ def _extract_assignment(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
     if qv is None:
         return None
     start, end, quoted = qv
+    if quoted:
+        end = _escaped_string_end(m, text, end)
+        inner = _INNER_LITERAL_RE.fullmatch(text, start, end)
+        if inner:  # Gradle `buildConfigField "String", "API_KEY", "\"…\""`: a Java literal in a string
+            start, end = inner.span("body")
     setting = rule.name == "env_line"  # a whole `NAME=value` line: the value runs to the next space
     if setting:
         if text[m.start("name") - 1 : m.start("name")] == '"':
@@ -146,7 +153,9 @@ def _extract_assignment(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
     named = word == "password" or _NAME_ENDS_SECRET_RE.search(last) is not None
     if not (
         _plausible(unwrapped, strength)
-        or (vouched and _symbol_password(unwrapped))
+        # an env-style name (`GENERIC_TOKEN="Prestigitariu$"`) is deliberate enough for a word with a
+        # symbol in it, unless it is words joined by one (`read+write`: scopes)
+        or ((vouched or (env_style and not _JOINED_WORDS_RE.fullmatch(unwrapped))) and _symbol_password(unwrapped))
         or _random_printable(unwrapped, min_classes=3 if vouched else 4)
         or (named and as_value and _chosen_word_password(unwrapped))
     ):
@@ -163,6 +172,20 @@ def _extract_assignment(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
 
 
 _JSON_CLOSE_RE = re.compile(r'(?<!\\)"')
+_STRING_BODY_RE = re.compile(r'(?:[^"\\\n]|\\.)*"')
+_INNER_LITERAL_RE = re.compile(r'(?P<iq>\\?["\'])(?P<body>[^"\'\\\n]{6,})(?P=iq)')
+
+
+def _escaped_string_end(m: re.Match[str], text: str, end: int) -> int:
+    """`"jwt_secret": "7`D\\"}/vY..."`: a double-quoted value stopped at an escaped quote `\\"` while its
+    opening quote was not escaped (the `\\"` closes only a value opened by `\\"`, as in JSON inside a
+    string); the value runs to the quote that closes the string."""
+    if m.group("q") != '"' or text[m.start("q") - 1 : m.start("q")] == "\\":
+        return end
+    body = _STRING_BODY_RE.match(text, m.start("qv"))
+    return max(end, body.end() - 1) if body else end
+
+
 _NAME_ENDS_SECRET_RE = re.compile(r"(?i)secret$")
 
 
@@ -228,10 +251,12 @@ def _extract_url_credentials(rule: Rule, m: re.Match[str], text: str) -> _Hit | 
         return None
     if re.match(r"\d{1,5}(?:[,/]|$)", value):
         return None  # host:port lists ("https://a.com:123,b:456@..."), not a password
+    if "/" in value and (_PATH_RE.fullmatch(value) or not _plausible(value.replace("/", ""), "password")):
+        return None  # `https://host:8443/docs/v2@latest`: a path; `ab/cd9Xk2Lm` is a password with a slash
     decoded = urllib.parse.unquote(value)
     if _WORDLIKE_RE.fullmatch(decoded) and (len(decoded) <= 5 or " " in decoded or _fake_compound(decoded)):
         return None  # documentation URLs: "github://org:repo@", "https://jo:a%20secret@"
-    scheme = m.group("scheme").lower().split("+")[0]
+    scheme = (m.group("scheme") or "mysql").lower().split("+")[0]  # no scheme: a Go MySQL DSN
     host = m.group("host")
     service = _SERVICES.get(scheme) or _SERVICES.get(scheme.rstrip("s")) or host
     # the span takes the user too (`deploy:Qo3j9V#98TAgdB6`): the vault keeps the password
@@ -277,6 +302,8 @@ def _cue_value(m: re.Match[str], text: str) -> tuple[int, int, bool]:
             quoted = True
         elif not close.isascii():
             quoted = True
+        elif q == "`":
+            start -= 1  # `密码：`123QWERasdf（…`: a backtick nothing closes opens the value itself
     if not quoted:
         field = _NEXT_FIELD_RE.search(text, start, end + 48)  # `Password=x;Initial Catalog=...`: the next field
         if field and field.start() < end:
@@ -296,7 +323,13 @@ def _keep_random_tail(m: re.Match[str], text: str, start: int, end: int) -> tupl
     if end >= raw_end or m.group("q") or text[end:raw_end].strip(".?!)"):
         return start, end  # only stops, marks and a paren: a closing quote or bracket belongs to the text
     full = text[start:raw_end]
-    return (start, raw_end) if _random_printable(full) or _symbol_password(full) else (start, end)
+    if _random_printable(full) or _symbol_password(full):
+        return start, raw_end
+    # a run of marks no sentence ends with (`????`) after a random value is the value's own
+    tail = text[end:raw_end]
+    run = len(tail) >= 2 and not tail.strip("?!")
+    trimmed = text[start:end]
+    return (start, raw_end) if run and (_random_printable(trimmed) or _symbol_password(trimmed)) else (start, end)
 
 
 _STRONG_KEY_QUALIFIERS = ("api", "access", "secret", "private", "auth", "app", "client", "bot", "license")
@@ -330,18 +363,33 @@ def _cjk_set_off(m: re.Match[str], text: str, end: int) -> bool:
     return not after or after[0] in "\n" or _CJK_RE.match(after) is not None
 
 
+def _alone_on_next_line(m: re.Match[str], text: str, start: int, end: int) -> bool:
+    """`Http token:` then the value as the whole next line: set off by the layout, as quotes would."""
+    line_end = text.find("\n", end)
+    return "\n" in text[m.end("cue") : start] and not text[end : line_end if line_end >= 0 else len(text)].strip()
+
+
 def _extract_password_cue(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
     start, end, quoted = _cue_value(m, text)
     if _cue_crosses_into_assignment(m, text, start):
         return None
     start, end = _keep_random_tail(m, text, start, end)
-    value = text[start:end]
-    if not (
-        _plausible(value, "password", quoted=quoted)
-        or _symbol_password(value)
-        or _random_printable(value)
-        or (_cjk_set_off(m, text, end) and _chosen_word_password(value))
-    ):
+
+    def password_like(stop: int) -> bool:
+        value = text[start:stop]
+        return (
+            _plausible(value, "password", quoted=quoted)
+            or _symbol_password(value)
+            or _random_printable(value)
+            or (_cjk_set_off(m, text, stop) and _chosen_word_password(value))
+        )
+
+    raw_end = m.end("value")
+    # an ASCII `.` or `?` glued to the Chinese text after it is no English full stop: the value's own
+    # (`密码：e_Tagju.（旧的…`), where the value is a password with it
+    if end < raw_end and not text[end:raw_end].strip(".?") and _CJK_RE.match(text, raw_end) and password_like(raw_end):
+        end = raw_end
+    elif not password_like(end):
         return None
     service = _service_of_target(m.group("target")) or _service_before(text, m.start("cue"))
     return _Hit(start, end, key_name=m.group("cue").lower(), service=service)
@@ -355,7 +403,17 @@ def _extract_token_cue(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
     value = text[start:end]
     cue = m.group("cue").lower()
     secret_cue = "secret" in cue or cue in ("密钥", "秘钥", "私钥")
-    if (secret_cue and (_symbol_password(value) or _random_printable(value))) or _random_printable(
+    # a word with a symbol in it is a chosen secret under a secret cue, or under any cue where the value
+    # is set off (`token is `Prestigitariu$``, `token 是 Prestigitariu$ 别…`, alone on the line after
+    # `token:`); words joined by a symbol after a token cue are its scopes (`read+write`)
+    symbol_password = _symbol_password(value) and (
+        secret_cue
+        or (
+            (quoted or _cjk_set_off(m, text, end) or _alone_on_next_line(m, text, start, end))
+            and not _JOINED_WORDS_RE.fullmatch(value)
+        )
+    )
+    if symbol_password or (secret_cue and _random_printable(value)) or _random_printable(
         value, min_classes=4
     ) or (secret_cue and _cjk_set_off(m, text, end) and _chosen_word_password(value)):
         service = _service_of_target(m.group("target")) or _service_before(text, m.start("cue"))

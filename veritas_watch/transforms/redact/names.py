@@ -318,6 +318,8 @@ def _known_service_near(text: str, start: int, *, window: int = 80) -> str | Non
     lo = max(0, start - window)
     raw = text[lo:start]
     before = raw.lower()
+    if not before or before.isspace():  # a key on its own (an id field): no name to look for
+        return None
     best: tuple[int, str] | None = None
     for word, svc in _SERVICES.items():
         pos = before.rfind(word)

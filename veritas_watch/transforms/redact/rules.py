@@ -16,6 +16,7 @@ from veritas_watch.transforms.redact.base import (
     RuleKind,
     Strength,
     _ascending_run,
+    _case_switches,
     _char_classes,
     _has_letter_and_digit,
     _Hit,
@@ -123,6 +124,10 @@ def _pem_block(label: str, limit: int = 20000) -> str:
     truncated = r"\s*(?:\\n)?[A-Za-z0-9+/=]{40,}[A-Za-z0-9+/=\s\\]{0," + str(limit) + "}"
     return f"-----BEGIN {label}-----(?:{body}-----END {label}-----|{truncated})"
 
+
+# a JWT segment: base64url, or base64 (`+/`) as some issuers write it; a `\` that escapes no quote or
+# line break is part of it as pasted from a string (`\/`)
+_JWT_SEG = r"(?:[A-Za-z0-9_\-/+]|\\(?![nrt\"]))"
 
 _PROVIDER_RULES: tuple[Rule, ...] = (
     # --- AI model providers
@@ -378,9 +383,13 @@ _PROVIDER_RULES: tuple[Rule, ...] = (
         "newrelic_api_key",
         "New Relic",
         "NEW_RELIC_API_KEY",
-        _L + r"(?:NR(?:AK|AA|RA|IQ|IK)-[A-Za-z0-9]{27}|NRJS-[a-f0-9]{19}|NRII-[A-Za-z0-9_\-]{32})" + _R,
+        # Insights query and insert keys: 32 characters, `-` and `_` among them (`NRIQ-pD-yUGl9Z3A...`)
+        _L + r"(?:NR(?:AK|AA|RA|IQ|IK)-[A-Za-z0-9]{27}|NRJS-[a-f0-9]{19}|NRI[IQ]-[A-Za-z0-9_\-]{32})" + _R,
         ("nrak-", "nraa-", "nrra-", "nriq-", "nrik-", "nrjs-", "nrii-"),
     ),
+    # license keys: 40 characters ending `NRAL` (a region such as `eu01xx` may open them)
+    _p("newrelic_license_key", "New Relic", "NEW_RELIC_LICENSE_KEY", _L + r"[A-Za-z0-9]{6}[a-fA-F0-9]{30}NRAL" + _R,
+       ("nral",), entropy=3.0),
     _p("figma_token", "Figma", "FIGMA_TOKEN", _L + r"figd_[A-Za-z0-9_\-]{40}" + _R, ("figd_",)),
     _p("airtable_token", "Airtable", "AIRTABLE_TOKEN", _L + r"pat[A-Za-z0-9]{14}\.[a-f0-9]{64}" + _R, ("pat",)),
     # --- messaging, email
@@ -493,8 +502,11 @@ _PROVIDER_RULES: tuple[Rule, ...] = (
         "jwt",
         "JWT",
         "JWT",
-        _L + r"ey[A-Za-z0-9_\-]{8,}\.ey(?:[A-Za-z0-9_\-/+]|\\(?![nrt\"]))" + "{8,}"
-        + r"\.(?:(?:[A-Za-z0-9_\-/+]|\\(?![nrt\"])){8,}=*" + _R + r"|(?![A-Za-z0-9_\-]))",
+        # a JWE (header, key, IV, ciphertext, tag; the key is empty for `dir`), then a JWS: a segment may be
+        # padded base64 or carry a `\` from string escaping; an unsecured JWS (`alg: none`) ends in its `.`
+        _L + r"(?:ey" + _JWT_SEG + r"{8,}=*\." + _JWT_SEG + r"*=*(?:\." + _JWT_SEG + r"{8,}=*){3}" + _R
+        + r"|ey" + _JWT_SEG + r"{8,}=*\.ey" + _JWT_SEG + r"{8,}=*\.(?:" + _JWT_SEG + r"{8,}=*" + _R
+        + r"|(?![A-Za-z0-9_\-])))",
         ("ey",),
         entropy=3.0,
     ),
@@ -665,7 +677,8 @@ _MORE_PROVIDER_RULES: tuple[Rule, ...] = (
     ),
     _p("gocardless_token", "GoCardless", "GOCARDLESS_TOKEN", _L + r"live_[A-Za-z0-9\-_=]{40}" + _R, ("live_",),
        entropy=3.5),
-    _p("grafana_api_key", "Grafana", "GRAFANA_API_KEY", _L + r"eyJrIjoi[A-Za-z0-9]{70,400}={0,3}" + _R, ("eyjrijoi",)),
+    # base64 of `{"k":"<32>","n":"<name>","id":<n>}`: a one-letter name makes it 67 characters after `eyJrIjoi`
+    _p("grafana_api_key", "Grafana", "GRAFANA_API_KEY", _L + r"eyJrIjoi[A-Za-z0-9]{60,400}={0,3}" + _R, ("eyjrijoi",)),
     _p(
         "harness_token",
         "Harness",
@@ -716,6 +729,15 @@ _MORE_PROVIDER_RULES: tuple[Rule, ...] = (
         r"(?P<secret>[a-f0-9]{8}:[a-f0-9]{8})" + _R,
         ("contribsys",),
     ),
+    # Asana personal access tokens: `<version>/<user gid>[/<app gid>]:<32 hex>`
+    _p("asana_pat", "Asana", "ASANA_ACCESS_TOKEN", _L + r"[12]/\d{10,20}(?:/\d{10,20})?:[a-f0-9]{32}" + _R, ("/",)),
+    # Twitch chat (IRC) OAuth tokens as its tools print them: `oauth:` and 30 characters
+    _p("twitch_oauth_token", "Twitch", "TWITCH_OAUTH_TOKEN", _L + r"oauth:[a-z0-9]{30}" + _R, ("oauth:",), entropy=3.0),
+    _p("buildkite_token", "Buildkite", "BUILDKITE_API_TOKEN", _L + r"bk(?:ua|ct)_[a-f0-9]{40}" + _R,
+       ("bkua_", "bkct_")),
+    # Langfuse secret keys (`pk-lf-` is the public half)
+    _p("langfuse_secret_key", "Langfuse", "LANGFUSE_SECRET_KEY",
+       _L + r"sk-lf-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}" + _R, ("sk-lf-",)),
     _p(
         "sourcegraph_token",
         "Sourcegraph",
@@ -790,6 +812,9 @@ _MORE_PROVIDER_RULES: tuple[Rule, ...] = (
     ),
     _p("segment_token", "Segment", "SEGMENT_TOKEN", _L + r"sgp_[A-Za-z0-9]{64}" + _R, ("sgp_",)),
     _p("sonarqube_token", "SonarQube", "SONAR_TOKEN", _L + r"sq[pua]_[a-f0-9]{40}" + _R, ("sqp_", "squ_", "sqa_")),
+    # Azure DevOps PATs since 2024: 84 characters with the fixed `AZDO` signature at 77-80
+    _p("azure_devops_pat", "Azure DevOps", "AZURE_DEVOPS_PAT", _L + r"[A-Za-z0-9]{76}AZDO[A-Za-z0-9]{4}" + _R,
+       ("azdo",), entropy=3.5),
     _p("stackhawk_key", "StackHawk", "HAWK_API_KEY", _L + r"hawk\.[A-Za-z0-9_\-]{20}\.[A-Za-z0-9_\-]{20}" + _R,
        ("hawk.",)),
     _p("vault_recovery_token", "HashiCorp Vault", "VAULT_TOKEN", _L + r"hvr\.[A-Za-z0-9_\-]{24,}" + _R, ("hvr.",)),
@@ -869,6 +894,15 @@ _CONTEXT_RULES: tuple[Rule, ...] = (
     _c("paypal_client_secret", "PayPal", "PAYPAL_CLIENT_SECRET", _L + r"E[A-Za-z0-9_\-]{79}" + _R, ("paypal",)),
     _c("cohere_api_key", "Cohere", "COHERE_API_KEY", _L + r"[A-Za-z0-9]{40}" + _R, ("cohere",)),
     _c("okta_api_token", "Okta", "OKTA_API_TOKEN", _L + r"00[A-Za-z0-9_=\-]{40}" + _R, ("okta",)),
+    # names the providers' documentation gives the key, when the value is a bare hex string: SonarQube's
+    # `sonar.login` (a user token before `sq*_` prefixes), Code Climate's test reporter id, a Jenkins
+    # API token or CSRF crumb (`Jenkins-Crumb:` header)
+    _c("sonarqube_login_token", "SonarQube", "SONAR_LOGIN", _L + r"[a-f0-9]{40}" + _R,
+       ("sonar.login", "sonarlogin", "sonar_login"), window=24),
+    _c("codeclimate_reporter_id", "Code Climate", "CC_TEST_REPORTER_ID", _L + r"[a-f0-9]{64}" + _R,
+       ("cc_test_reporter_id", "codeclimate_repo_token"), window=24),
+    _c("jenkins_token", "Jenkins", "JENKINS_TOKEN", _L + r"[a-f0-9]{32,36}" + _R,
+       ("jenkins-crumb", "jenkins_crumb", "jenkins_token", "jenkins_api_token", "jenkins-api-token"), window=24),
     # pre-1.10 Vault tokens: service `s.`, batch `b.`, recovery `r.` (batch tokens run long)
     _c("vault_legacy_token", "HashiCorp Vault", "VAULT_TOKEN", _L + r"[sbr]\.[A-Za-z0-9_\-]{24,200}" + _R,
        ("vault", "hashicorp")),
@@ -904,7 +938,8 @@ _ASSIGNMENT_RE = (
 _ENV_LINE_RE = (
     r"(?m)(?:^[ \t]*(?:export[ \t]+|set[ \t]+|\$env:)?|(?<=[ \t]-e[ \t])|(?<=--env[ \t])|(?<=--env=)|(?<=\\n)|"
     r"(?<=[{,][ \t]\")|(?<=: \"))"
-    r"(?P<name>[A-Za-z_][A-Za-z0-9_.\-]{0,120})=(?P<v>[^\s\"'`](?:[^\s\\]|\\[^nrt\s]){0,1023})"
+    # (a backtick that no other closes on the line is the value's first character: `PASSWORD=`123QWERasdf`)
+    r"(?P<name>[A-Za-z_][A-Za-z0-9_.\-]{0,120})=(?P<v>(?:[^\s\"'`]|`(?![^`\n]*`))(?:[^\s\\]|\\[^nrt\s]){0,1023})"
 )
 # XML: `<apiToken>...</apiToken>` (the value may sit on its own line), `<add key="ClearTextPassword"
 # value="..." />` (NuGet, .NET appSettings), `<entry name="xToken" value="..."/>`.
@@ -926,10 +961,15 @@ _AUTH_HEADER_RE = (
     r"(?:(?P<scheme>bearer|token|bot|basic|digest|apikey|sso-key|api-token)\s+)?(?P<secret>[A-Za-z0-9._~+/=:@\-]{8,4096})"
 )
 _BEARER_RE = r"(?i)(?<![A-Za-z0-9_\-])(?P<scheme>bearer)\s+(?P<secret>[A-Za-z0-9._~+/\-]{16,4096}=*)"
+# `scheme://user:password@host`, and Go's MySQL DSN `user:password@tcp(host:3306)/db` (no scheme). The
+# password is taken as people paste it, unencoded: `#`, `?`, `'`, `@` and `/` inside (the last `@` before
+# the host ends it); the host may be an IPv6 literal (`@[::1]`).
+_USERINFO = r"(?P<user>[^\s:@/?#\[\]\"'`<>]{0,64}):(?P<secret>[^\s\"`<>]{1,256})@"
 _URL_CREDENTIALS_RE = (
-    r"(?i)(?<![A-Za-z0-9+.\-])(?P<scheme>[a-z][a-z0-9+.\-]{1,20})://(?P<user>[^\s:@/?#\[\]\"'`<>]{0,64}):"
-    r"(?P<secret>[^\s/\"'`<>]{1,256})@(?P<host>[A-Za-z0-9][A-Za-z0-9.\-]*)"
+    r"(?i)(?<![A-Za-z0-9+.\-])(?P<scheme>[a-z][a-z0-9+.\-]{1,20})://" + _USERINFO
+    + r"(?P<host>[A-Za-z0-9][A-Za-z0-9.\-]*|\[[0-9A-Fa-f:.]{2,45}\])"
 )
+_DSN_CREDENTIALS_RE = r"(?<![\w.\-:/@])(?P<scheme>)" + _USERINFO + r"(?P<host>tcp|unix)(?=\()"
 # `curl -u user:password`, `--user 'user:pass'`, `--user=user:pass`, `-u "user":"pass"`: user and password go
 # together (`curl -u` takes them as one argument, and the user alone often is an API key id).
 _CURL_USER_RE = (
@@ -1002,6 +1042,24 @@ _TRAILING_CUE_RE = (
     r"(?:(?i:the|my|our|your|a|an|its|their|new)[ \t]+)?(?:[A-Za-z0-9.\-]{1,30}[ \t]+){0,3}?"
     r"(?P<cue>(?i:(?:api[ \t_\-]?)?(?:keys?|tokens?|secrets?|passwords?|passphrase|credentials?)))(?![A-Za-z0-9_\-])"
 )
+# A line that names the secret and ends in a colon, then the value alone on its line, maybe after a blank
+# line: Jenkins' setup wizard ("Please use the following password to proceed to installation:", a blank
+# line, the password), tools and people that print a secret under a label.
+_LABEL_LINE_RE = (
+    r"(?im)^[^\n]{0,160}?(?<![A-Za-z0-9_\-])(?P<cue>pass(?:word|phrase)|pwd|(?:api[ \t_\-]?)?(?:key|token|secret))s?"
+    r"(?![A-Za-z0-9_\-])[^\n:：]{0,80}[:：][ \t]*\r?\n(?:[ \t]*\r?\n)?[ \t]*(?P<value>[!-~]{6,256})[ \t]*\r?$"
+)
+
+
+def _extract_label_line(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
+    start, end = m.span("value")
+    cue = m.group("cue").lower()
+    strength: Strength = "password" if cue.startswith(("pass", "pwd")) else "token"
+    if not _plausible(text[start:end], strength):
+        return None
+    return _Hit(start, end, key_name=cue, service=_known_service_near(text, m.start("cue")))
+
+
 # A key pasted with no name or cue: long, random (mixed classes, high entropy, no word pieces).
 _BARE_TOKEN_RE = (
     r"(?<![A-Za-z0-9_+/=\-.~\\$%@:])(?P<value>[A-Za-z0-9_\-][A-Za-z0-9_\-+/=.~:]{11,299})(?![A-Za-z0-9_+/=\-.~\\@:])"
@@ -1230,19 +1288,27 @@ def _extract_bare_password(rule: Rule, m: re.Match[str], text: str) -> _Hit | No
         return None  # base64, ids and slugs (`+/=_-.` only) are the bare-token rule's to judge
     if "://" in body or _ADDRESS_RE.match(body) or _NAMED_SETTING_RE.match(body) or _in_url_or_id(text, start):
         return None  # URLs, e-mail addresses and `user@host:` prompts, `--flag=value` / `key=value`
-    if body.count("/") >= 2 or body.count("\\") >= 2 or body.startswith(("*", "#", "~", "!", "&", "(", "\"", "'", "`")):
-        return None  # paths, markdown emphasis and headings, negations, quoted strings
+    if body.count("/") >= 2 or body.count("\\") >= 2 or body.startswith(("*", "#", "~", "&", "(", "\"", "'", "`")):
+        return None  # paths, markdown emphasis and headings, quoted strings (a negation fails below)
     call = _CALL_NAME_RE.search(body)
     if call and (_is_wordish(call.group(1)) or "_" in call.group(1) or "." in call.group(1)):
         return None  # `Element(score=...`, `os.path.join(`: a call
     if _CODE_PIECE_RE.search(body) or any(body.count(q) >= 2 for q in "\"'`"):
         return None  # `Element(score=0.49`, `f"{x}-{y}"`: a call, a keyword argument, quoted strings
-    if not _random_printable(body, min_classes=4):
-        return None
     digits = sum(c.isdigit() for c in body)
     lower = sum(c.islower() for c in body)
     upper = sum(c.isupper() for c in body)
-    if min(lower, upper) < 2 or not digits:
+    if min(lower, upper) < 2:
+        return None
+    if not digits:
+        # generators leave digits out as often as not (`iCNGKxzqSPObw&$l%@T^w`): then longer, with
+        # more marks and the case switching inside runs of letters as no word or name does
+        marks = len(_RARE_MARKS_RE.findall(body))
+        if len(body) < 16 or marks < (2 if len(body) >= 20 else 3) or _case_switches(body) < 3 or not _random_printable(
+            body, min_classes=3
+        ):
+            return None
+    elif not _random_printable(body, min_classes=4):
         return None
     # a generated value when the trailing punctuation reads as its own (a random `.` or `!` at the end)
     # trailing punctuation goes with a value that is random with it (hiding a full stop costs nothing)
@@ -1267,6 +1333,7 @@ _GENERIC_RULES: tuple[Rule, ...] = (
     _g("authorization_header", _AUTH_HEADER_RE, ("authorization",), _extract_auth_header),
     _g("bearer_token", _BEARER_RE, ("bearer",), _extract_auth_header),
     _g("url_credentials", _URL_CREDENTIALS_RE, ("://",), _extract_url_credentials),
+    _g("dsn_credentials", _DSN_CREDENTIALS_RE, ("@tcp(", "@unix("), _extract_url_credentials),
     _g("curl_user_password", _CURL_USER_RE, ("-u", "--user"), _extract_curl_user),
     _g("netrc_password", _NETRC_RE, ("machine",), _extract_positional_password),
     _g("password_argument", _GROOVY_PASSWORD_RE, ("password", "passwd"), _extract_positional_password),
@@ -1287,6 +1354,7 @@ _GENERIC_RULES: tuple[Rule, ...] = (
         _extract_token_cue,
         kind="cue",
     ),
+    _g("label_line", _LABEL_LINE_RE, ("pass", "pwd", "key", "token", "secret"), _extract_label_line, kind="cue"),
     # listed last: where an older rule finds the same span, its name and key name are kept
     _g("trailing_cue", _TRAILING_CUE_RE, ("key", "token", "secret", "pass", "credential"), _extract_trailing_cue,
        kind="cue"),
@@ -1347,7 +1415,9 @@ _KEY_BODY_RE = (
     r"(?:" + _B64_BREAK + _B64_LINE + r"){0,400}={0,2}"
     # a short last line: padded, or holding a digit or `+/` (a word on the next line is prose)
     r"(?:" + _B64_BREAK + r"(?:[A-Za-z0-9+/]{1,15}={1,2}|(?=[A-Za-z]{0,14}[0-9+/])[A-Za-z0-9+/]{2,15}))?"
-    r"(?![A-Za-z0-9+/=])"
+    # ends where base64 does: not inside a run, nor before padding left unread; `=` then text is a setting
+    # glued on (`…2fEv=https://…`), not padding
+    r"(?![A-Za-z0-9+/])(?!={1,2}(?![A-Za-z0-9+/]))"
 )
 _KEY_BREAK_RE = re.compile(_B64_BREAK)
 
