@@ -608,6 +608,7 @@ def test_shapes_of_the_third_measurement_are_hidden_whole(label: str, value: str
 
 
 NOT_SECRETS_THIRD = [
+    "export PATH=/usr/bin export PATH=/usr/bin = password: ",  # a setting before a cue: no value of its own
     'secret = "config_map[key"',  # a subscript cut at a quote
     "the token is `read+write`",  # scopes
     "GITHUB_TOKEN=read+write",

@@ -239,9 +239,16 @@ def _symbol_password(value: str) -> bool:
         and not _fake_compound(re.sub(r"[!#$%^&*@+=~`]", "-", value))
         and not _backtick_markup(value)
         and not _REFERENCE_RE.search(value)
-        and not value.startswith(("$", "@", "%", "=", ":"))  # `=Authorization`: the separator, then a word
+        and not value.startswith(("$", "@", "%"))  # a variable
+        and not _name_and_separator(value)
         and not _word_setting(value)
     )
+
+
+def _name_and_separator(value: str) -> bool:
+    """`Authorization:=`, `Content-Type:`, `=Authorization`, `required=`: a name and a separator, no value."""
+    stem = value.strip(":=")
+    return stem != value and bool(_is_wordish(stem) or _HEADER_NAME_RE.fullmatch(stem))
 
 
 def _backtick_markup(value: str) -> bool:
@@ -252,8 +259,9 @@ def _backtick_markup(value: str) -> bool:
 
 
 def _word_setting(value: str) -> bool:
-    """`ok=Authorization`, `mode:Basic`: a name set to a word, not a password with a symbol in it."""
-    setting = re.fullmatch(r"[A-Za-z_]\w*[=:]([A-Za-z][A-Za-z\-]*)", value)
+    """`ok=Authorization`, `mode:Basic`, `required=Authorization`: a name set to a word, not a password with a
+    symbol in it."""
+    setting = re.fullmatch(r"[A-Za-z_][\w.\-]*[=:]+([A-Za-z][A-Za-z\-]*)", value)
     return setting is not None and bool(_is_wordish(setting.group(1)) or _HEADER_NAME_RE.fullmatch(setting.group(1)))
 
 
@@ -412,9 +420,10 @@ def _plausible(value: str, strength: Strength, *, quoted: bool = False) -> bool:
         return False  # an elided example: "eyJhbGciOi...", "sk-abc..."
     if _CJK_PUNCT_RE.match(value) or _CJK_PUNCT_RE.match(value[-1]):
         return False  # `password:，password`: Chinese punctuation and a word, no value
-    stem = value.strip(":=")
-    if stem != value and (_is_wordish(stem) or _HEADER_NAME_RE.fullmatch(stem)):
-        return False  # `Authorization:=`, `Content-Type:`, `=Authorization`: a name and a separator, no value
+    if _name_and_separator(value) or _word_setting(value):
+        return False
+    if value.startswith("//") or "://" in value:
+        return False  # a URL or what follows its scheme (URL credentials have their own rule)
     if strength != "password_env" and _CODE_CHARS_RE.search(value) and (
         _CODE_EXPR_RE.search(value) or strength == "weak" or shannon_entropy(value) < 3.5
     ):

@@ -1066,11 +1066,19 @@ _BARE_TOKEN_RE = (
 )
 
 
+_SETTING_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+
+
 def _extract_trailing_cue(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
     start, end = m.span("value")
     if not m.group("q"):
         start, end = _trim(text, start, end)
+    setting = _SETTING_NAME_RE.match(text, start, end)
+    if setting is not None:  # `PATH=/usr/bin = password: …`: a setting's value is the candidate, not its name
+        start = setting.end()
     value = text[start:end]
+    if not value or _PATH_RE.fullmatch(value):
+        return None
     cue = m.group("cue").lower()
     strength: Strength = "password" if "pass" in cue else "token"
     if not _plausible(value, strength, quoted=bool(m.group("q"))):
