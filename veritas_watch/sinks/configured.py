@@ -16,11 +16,12 @@ def models_dir(config: Config) -> Path:
     return config.data_dir / "models"
 
 
-def configured_embedder(config: Config) -> Embedder:
-    """The configured model (once per process; EmbedderError names what is wrong)."""
+def configured_embedder(config: Config, *, background: bool = False) -> Embedder:
+    """The configured model (once per process; EmbedderError names what is wrong). `background`: see
+    `embedding.load_embedder`."""
     emb = config.embedding
     return load_embedder(emb.backend, model=emb.model or None, path=Path(emb.path).expanduser() if emb.path else None,
-                         cache_dir=models_dir(config), threads=emb.threads or None,
+                         cache_dir=models_dir(config), threads=emb.threads or None, background=background,
                          cross_language=emb.cross_language)
 
 
