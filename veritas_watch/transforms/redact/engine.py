@@ -18,7 +18,13 @@ from veritas_watch.transforms.redact.base import (
 )
 from veritas_watch.transforms.redact.masks import _detect_masked, is_opaque_mask, masked_fingerprint
 from veritas_watch.transforms.redact.names import _known_service_near
-from veritas_watch.transforms.redact.rules import _ALL_KEYWORDS, _RULE_KEYWORDS, _RULE_ORDER
+from veritas_watch.transforms.redact.rules import (
+    _ALL_KEYWORDS,
+    _KEYWORDLESS_RULES,
+    _RULE_ORDER,
+    _RULES_OF_KEYWORD,
+    RULES,
+)
 
 # ---------------------------------------------------------------------------------------------
 # Detection
@@ -70,15 +76,6 @@ def _merge(text: str, candidates: list[_Candidate]) -> list[SecretMatch]:
     return matches
 
 
-# Rule indexes by keyword, built once: a text wakes a handful of rules, not 185 set tests per text (an id
-# field is redacted too, on every entry).
-_RULES_OF_KEYWORD: dict[str, tuple[int, ...]] = {
-    keyword: tuple(i for i, (_, keywords) in enumerate(_RULE_KEYWORDS) if keyword in keywords)
-    for keyword in _ALL_KEYWORDS
-}
-_KEYWORDLESS_RULES = tuple(i for i, (_, keywords) in enumerate(_RULE_KEYWORDS) if not keywords)
-
-
 def _marker_spans(text: str, lowered: str) -> list[tuple[int, int]]:
     if _MARKER_PREFIX not in lowered:
         return []
@@ -104,7 +101,7 @@ def detect(text: str) -> list[SecretMatch]:
         if keyword in lowered:
             woken.update(_RULES_OF_KEYWORD[keyword])
     for index in sorted(woken):
-        rule = _RULE_KEYWORDS[index][0]
+        rule = RULES[index]
         for m in rule.pattern.finditer(text):
             hit = rule.extract(rule, m, text)
             if hit is None or hit.end <= hit.start:

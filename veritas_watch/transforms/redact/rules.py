@@ -1464,7 +1464,12 @@ RULES: tuple[Rule, ...] = (
     _K8S_RULES + _KEY_BODY_RULES + _PROVIDER_RULES + _MORE_PROVIDER_RULES + _CONTEXT_RULES + _GENERIC_RULES
 )
 _RULE_ORDER: dict[str, int] = {rule.name: i for i, rule in enumerate(RULES)}
-_RULE_KEYWORDS: tuple[tuple[Rule, frozenset[str]], ...] = tuple((r, frozenset(r.keywords)) for r in RULES)
 _ALL_KEYWORDS: tuple[str, ...] = tuple(sorted({k for r in RULES for k in r.keywords}))
+# The rules (indexes into RULES) each keyword wakes, and those that always run: a text wakes a handful of
+# rules instead of testing every rule's keywords (an id field is redacted too, on every entry).
+_RULES_OF_KEYWORD: dict[str, tuple[int, ...]] = {
+    keyword: tuple(i for i, rule in enumerate(RULES) if keyword in rule.keywords) for keyword in _ALL_KEYWORDS
+}
+_KEYWORDLESS_RULES: tuple[int, ...] = tuple(i for i, rule in enumerate(RULES) if not rule.keywords)
 
 
