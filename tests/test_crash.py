@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from tests.daemon_harness import ConfigTree, DaemonProcess, append, expected_id, header, message
+from veritas_watch.model import session_order
 
 
 @dataclass
@@ -206,8 +207,9 @@ def run_crash(root: Path, *, entries: int, agents: int, sessions_per_agent: int,
         payload = point["payload"]
         source, _, number = str(payload["source"]).rpartition(":")
         if (payload["data"], payload["role"], payload["agent_id"], payload["session_id"], payload["entry_id"],
-                payload["chunk"], payload["position"]) != (truth.text, truth.role, truth.agent, truth.session,
-                                                           truth.entry_id, 0, truth.line) \
+                payload["chunk"], payload["position"], payload.get("session_order")) \
+                != (truth.text, truth.role, truth.agent, truth.session, truth.entry_id, 0, truth.line,
+                    session_order(truth.agent, truth.session, truth.line)) \
                 or source not in truth.paths or int(number) != truth.line:
             wrong += 1
             if wrong <= 5:

@@ -303,7 +303,7 @@ def test_jsonl_and_sqlite_sources_give_the_same_memories() -> None:
     from_jsonl, from_sqlite = run(records(*lines)), run(records(*lines, kind="sqlite"))
 
     def identity(out: Transformed) -> list[tuple[object, ...]]:
-        where = ("source", "position")
+        where = ("source", "position", "session_order")
         return [(c.point_id, c.text, c.context, {k: v for k, v in c.payload().items() if k not in where})
                 for c in out.chunks]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from veritas_watch.model import point_id
+from veritas_watch.model import point_id, session_order, session_order_range
 from veritas_watch.query import CONTEXT_HEADER, MemoryHit, MemoryRequest, QueryVectors, context_block, run_search
 from veritas_watch.ranking import DEFAULT_RANKING, SearchLoopGuard, floor_for
 from veritas_watch.sinks.store import SearchQuery, SparseVector, Store, StoredPoint
@@ -25,10 +25,14 @@ def near(seed: int, noise: float, salt: int) -> list[float]:
 
 
 def turn(agent: str, session: str, entry: str, position: int | None, role: str, text: str, dense: list[float],
-         terms: tuple[int, ...] = (), chunk: int = 0, ts: float | None = None) -> StoredPoint:
+         terms: tuple[int, ...] = (), chunk: int = 0, ts: float | None = None, keyed: bool = True,
+         order: int | None = None) -> StoredPoint:
+    """A stored turn as the write path stores it; `keyed=False`: as stored before `session_order` existed."""
     payload: dict[str, object] = {"agent_id": agent, "type": "conversation", "data": text, "session_id": session,
                                   "entry_id": entry, "role": role, "chunk": chunk, "timestamp": None,
                                   "source": "test", "ts": ts, "position": position}
+    if keyed and position is not None:
+        payload["session_order"] = order if order is not None else session_order(agent, session, position)
     return StoredPoint(point_id(agent, session, entry, chunk), dense, SparseVector(terms, (1.0,) * len(terms)),
                        payload)
 
@@ -94,6 +98,66 @@ def test_a_neighbour_past_many_tool_lines_is_found_as_before(store: Store) -> No
     shown = {h.payload["entry_id"]: h for h in hits}
     assert shown["far-ans"].neighbour_of == shown["far-q"].id
     assert shown["far-first"].neighbour_of == shown["far-q"].id
+
+
+WORDS = ("the harbour at dawn", "a kiosk sells tickets", "ferries leave from pier two", "what does it cost",
+         "seven euros return", "bring a coat")
+# The first hit's two neighbours ranked right after it, whatever their own scores.
+NEXT_TO_THE_FIRST = dataclasses.replace(EXPANSION_ONLY, expand_depth=1, expand={1: 0.99, -1: 0.98})
+
+
+@pytest.mark.parametrize("keyed", [False, True], ids=["stored-before-session-order", "session-order"])
+def test_neighbours_are_found_in_their_own_session_however_the_positions_interleave(
+        store: Store, keyed: bool) -> None:
+    # Sessions v and w at the same positions: a lookup by position range reads both, by `session_order` one.
+    points = []
+    for session, base in (("v", 500), ("w", 700)):
+        points += [turn("a", session, f"{session}-{i}", 20 + 2 * i, "user" if i % 2 == 0 else "assistant",
+                        f"{session}: {WORDS[i]}", unit(base + i), ts=400.0 + i, keyed=keyed) for i in range(6)]
+    store.upsert(points)
+    hits = run_search(store, MemoryRequest("a", "v: what", 6, since=399.0),
+                      QueryVectors(unit(503), None), NEXT_TO_THE_FIRST)
+    shown = {h.payload["entry_id"]: h for h in hits}
+    assert hits[0].payload["entry_id"] == "v-3"
+    assert shown["v-4"].neighbour_of == hits[0].id and shown["v-2"].neighbour_of == hits[0].id
+
+
+def test_a_session_that_went_on_across_the_upgrade_keeps_its_neighbours(store: Store) -> None:
+    # Turns 1-2 stored before `session_order` existed, 3-4 after: each side still finds the other.
+    store.upsert([turn("a", "x", "x-1", 41, "user", "old question", unit(301), ts=500.0, keyed=False),
+                  turn("a", "x", "x-2", 42, "assistant", "old answer", unit(302), ts=501.0, keyed=False),
+                  turn("a", "x", "x-3", 43, "user", "new question", unit(303), ts=502.0),
+                  turn("a", "x", "x-4", 44, "assistant", "new answer", unit(304), ts=503.0)])
+    for asked, before, after in (("x-3", "x-2", "x-4"), ("x-2", "x-1", "x-3")):
+        hits = run_search(store, MemoryRequest("a", asked, 4, since=499.0),
+                          QueryVectors(unit(300 + int(asked[-1])), None), NEXT_TO_THE_FIRST)
+        shown = {h.payload["entry_id"]: h for h in hits}
+        assert hits[0].payload["entry_id"] == asked
+        assert shown[before].neighbour_of == hits[0].id and shown[after].neighbour_of == hits[0].id
+
+
+def test_sessions_whose_hashes_collide_stay_apart(store: Store) -> None:
+    # Session z's turns given session y's range (as a hash collision would): the session filter tells them apart.
+    y_first, _ = session_order_range(session_order("a", "y", 0) or 0)
+    store.upsert([turn("a", "y", "y-1", 5, "user", "y one", unit(401), ts=600.0),
+                  turn("a", "z", "z-1", 6, "user", "z one", unit(402), ts=600.5, order=y_first + 6),
+                  turn("a", "y", "y-2", 7, "assistant", "y two", unit(403), ts=601.0),
+                  turn("a", "z", "z-2", 4, "assistant", "z zero", unit(404), ts=599.5, order=y_first + 4)])
+    hits = run_search(store, MemoryRequest("a", "y one", 4, since=599.0), QueryVectors(unit(401), None),
+                      NEXT_TO_THE_FIRST)
+    shown = {h.payload["entry_id"]: h for h in hits}
+    assert hits[0].payload["entry_id"] == "y-1"
+    assert shown["y-2"].neighbour_of == hits[0].id
+    session_of = {h.id: h.payload["session_id"] for h in hits}
+    assert all(session_of[h.neighbour_of] == h.payload["session_id"] for h in hits if h.neighbour_of)
+
+
+def test_session_order_keeps_a_session_in_one_range() -> None:
+    one = [session_order("main", "s1", p) for p in (0, 1, 5000, 2**31 - 1)]
+    assert one == sorted(one) and len({session_order_range(o or 0) for o in one}) == 1
+    assert session_order("main", "s1", 2**31) is None and session_order("main", "s1", -1) is None
+    assert session_order("main", "s1", 3) != session_order("other", "s1", 3)
+    assert all(o is not None and o < 2**53 for o in one)  # exact as a float: range filters are floats
 
 
 def test_neighbours_obey_the_role_and_time_filters(store: Store) -> None:

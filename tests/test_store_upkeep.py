@@ -13,18 +13,23 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
+import threading
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+import qdrant_edge as qe
+
 from veritas_watch.config import Config, WatchConfig
 from veritas_watch.daemon import Running
 from veritas_watch.embedding import load_embedder
-from veritas_watch.footprint import Footprint, resident_in_mappings
-from veritas_watch.model import Chunk, Entry, SourceRef
+from veritas_watch.footprint import Footprint, _contiguous, resident_in_mappings
+from veritas_watch.model import Chunk, Entry, SourceRef, session_order
 from veritas_watch.pipeline import Sink, Upkeep, Work, store_meta
 from veritas_watch.sinks.edge import LEGACY_TUNING, EdgeStore, EdgeTuning, stored_quantization
 from veritas_watch.sinks.store import SearchQuery, SparseVector, StoredPoint, store_meta_for
@@ -35,6 +40,7 @@ class RecordingStore:
 
     def __init__(self, store: EdgeStore, events: list[str]) -> None:
         self._store, self.events = store, events
+        self.threads: set[tuple[str, str]] = set()  # (operation, the thread it ran on)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
@@ -42,6 +48,7 @@ class RecordingStore:
     def upsert(self, points: Sequence[StoredPoint]) -> None:
         self._store.upsert(points)
         self.events.append(f"upsert:{len(points)}")
+        self.threads.add(("upsert", threading.current_thread().name))
 
     def flush(self) -> None:
         self._store.flush()
@@ -54,6 +61,7 @@ class RecordingStore:
     def release_memory(self) -> None:
         self._store.release_memory()
         self.events.append("release")
+        self.threads.add(("release", threading.current_thread().name))
 
 
 def work(n: int, done: bool = False) -> Work:
@@ -162,6 +170,28 @@ def test_an_older_store_opens_in_the_compact_layout(tmp_path: Path) -> None:
     store.close()
 
 
+@pytest.mark.parametrize("tuning", [LEGACY_TUNING, EdgeTuning(segment_points=50)], ids=["legacy", "compact"])
+def test_a_store_from_before_session_order_gets_its_index_and_orders_by_it(tmp_path: Path, tuning: EdgeTuning) -> None:
+    rng = random.Random(5)
+    meta = store_meta_for("test", 8, "s", "d")
+    old = EdgeStore(tmp_path / "store", meta, tuning)
+    old._shard.update(qe.UpdateOperation.delete_field_index("session_order"))  # as a store from before it was
+    old.upsert(points(40, 8, rng))
+    old.close()
+    store = EdgeStore(tmp_path / "store", meta, tuning)
+    assert "session_order" in store._shard.info().payload_schema
+    keyed = [dataclasses.replace(p, payload={**p.payload, "position": 100 + i,
+                                             "session_order": session_order("a", "s", 100 + i)})
+             for i, p in enumerate(points(5, 8, rng))]
+    store.upsert(keyed)
+    first = keyed[0].payload["session_order"]
+    assert isinstance(first, int)
+    after = store.search(SearchQuery("a", 2, session_id="s", order="asc", order_field="session_order",
+                                     min_position=first + 1))
+    assert [h.payload["position"] for h in after] == [101, 102]
+    store.close()
+
+
 def test_a_store_keeps_the_quantization_it_was_created_with(tmp_path: Path) -> None:
     rng = random.Random(4)
     meta = store_meta_for("test", 16, "s", "d")
@@ -250,8 +280,20 @@ async def test_near_the_memory_budget_releases_follow_while_there_is_something_t
     await sink.upkeep()
     assert events.count("release") == 4 and sink.stats.memory_releases == 4, events
     assert readings == []
+    # Releases run where the store is written (never beside an optimize that unmaps files), not where it is read.
+    task = asyncio.create_task(sink.run())
+    await sink.queue.put(work(1))
+    await sink.drain(30)
+    task.cancel()
+    assert {thread for _, thread in store.threads} == {thread for op, thread in store.threads if op == "upsert"}
     sink.close()
     store.close()
+
+
+def test_touching_mappings_are_released_as_one_range_and_gaps_are_left_alone() -> None:
+    mappings = iter([(4096, 8192, []), (0, 4096, []), (12288, 16384, []), (16384, 20480, [])])
+    assert _contiguous(mappings) == [(0, 8192), (12288, 20480)]  # 8192-12288: not ours, not advised
+    assert _contiguous(iter([])) == []
 
 
 async def test_a_release_also_drops_the_pages_of_the_models_mapped_table(tmp_path: Path, monkeypatch: Any) -> None:

@@ -6,6 +6,7 @@ splits entries into `Chunk`s, and sinks store chunks as points keyed by `point_i
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -160,6 +161,9 @@ class Chunk:
             "ts": iso_to_epoch(entry.timestamp),
             "position": entry.source.position,
         }
+        order = session_order(entry.agent_id, entry.session_id, entry.source.position)
+        if order is not None:
+            payload["session_order"] = order
         if entry.speaker is not None:  # only then: every other stored payload stays as it was
             payload["speaker"] = entry.speaker
         return payload
@@ -177,6 +181,31 @@ def iso_to_epoch(timestamp: str | None) -> float | None:
 def point_id(agent_id: str, session_id: str, entry_id: str, chunk: int) -> str:
     """Deterministic point id: uuid5 over agent, session, entry and chunk index."""
     return str(uuid.uuid5(POINT_NAMESPACE, f"{agent_id}\x1f{session_id}\x1f{entry_id}\x1f{chunk}"))
+
+
+# `session_order`: a point's position with its session's hash above it, so that the turns of one session
+# are one contiguous range of one index. A neighbour lookup then reads the turns near a position in its own
+# session only; by `position`, it read that position range in every session of the agent (one agent of
+# 100k memories in 21 sessions: 40 lookups 7-10 ms against 13-16 ms; more sessions, more gap). 21 + 31 bits:
+# exact as a float (range filters are).
+# Two sessions that share a hash share a range: the session filter still tells them apart.
+SESSION_ORDER_POSITION_BITS = 31
+_SESSION_HASH_BITS = 21
+_POSITION_MASK = (1 << SESSION_ORDER_POSITION_BITS) - 1
+
+
+def session_order(agent_id: str, session_id: str, position: int | None) -> int | None:
+    """The point's place in one index shared by all sessions; None for a position beyond the bits it has."""
+    if position is None or not 0 <= position <= _POSITION_MASK:
+        return None
+    digest = hashlib.blake2b(f"{agent_id}\x1f{session_id}".encode(), digest_size=8).digest()
+    return (int.from_bytes(digest, "big") >> (64 - _SESSION_HASH_BITS)) << SESSION_ORDER_POSITION_BITS | position
+
+
+def session_order_range(order: int) -> tuple[int, int]:
+    """The first and last `session_order` value of the session `order` belongs to."""
+    first = order & ~_POSITION_MASK
+    return first, first | _POSITION_MASK
 
 
 @dataclass

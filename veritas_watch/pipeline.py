@@ -533,8 +533,8 @@ class Sink:
         grown = max(before.file_backed - self._floor.file_backed, before.anonymous - self._floor.anonymous)
         if before.resident > budget * RELEASE_AT and grown >= 16:
             self._next_release = now + self.upkeep_policy.release_interval
-            try:  # on the read thread: the write path's store thread may be busy with a batch
-                await asyncio.get_running_loop().run_in_executor(self._read_thread, self._release_memory)
+            try:  # on the store thread, never beside a write (drop_mapped_pages); searches go on meanwhile
+                await self.in_store_thread(self._release_memory)
             except Exception as exc:
                 log.error("store_release_failed", error=f"{type(exc).__name__}: {exc}"[:300])
             self.stats.memory_releases += 1

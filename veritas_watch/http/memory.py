@@ -34,6 +34,7 @@ from veritas_watch.query import (
     context_block,
     embed_request,
     hit_to_result,
+    neighbour_query,
     run_search,
 )
 from veritas_watch.ranking import STOP_SEARCHING_HINT, SearchLoopGuard, floor_for
@@ -264,7 +265,7 @@ async def memory_get(request: web.Request) -> web.Response:
     """
     import uuid  # local imports keep this route one self-contained block
 
-    from veritas_watch.sinks.store import Hit, SearchQuery
+    from veritas_watch.sinks.store import Hit
 
     daemon = served_of(request)
     body = await json_body(request)
@@ -296,14 +297,15 @@ async def memory_get(request: web.Request) -> web.Response:
         if not own:
             return None, [], []
         hit = own[0]
-        session, position = hit.payload.get("session_id"), hit.payload.get("position")
-        if not around or not isinstance(session, str) or not isinstance(position, int) or isinstance(position, bool):
-            return hit, [], []
         fetch = around * 4  # a turn split in chunks shares one position
-        before, after = store.search_batch([
-            SearchQuery(agent_id=agent_id, limit=fetch, session_id=session, order="desc", max_position=position - 1),
-            SearchQuery(agent_id=agent_id, limit=fetch, session_id=session, order="asc", min_position=position + 1),
-        ])
+        # the rest of the session on each side (neighbour_query's tier 1), nearest first
+        earlier, later = (neighbour_query(hit.payload, offset, 1, limit=fetch) for offset in (-1, 1))
+        if not around or earlier is None or later is None:
+            return hit, [], []
+        before, after = store.search_batch([earlier, later])
+        older = neighbour_query(hit.payload, -1, 2, limit=fetch)
+        if older is not None and len(turns(before)) < around:  # turns stored before `session_order` existed
+            before = store.search_batch([older])[0]
         return hit, turns(before)[::-1], turns(after)
 
     memory = daemon.memory

@@ -44,6 +44,7 @@ from veritas_watch.sinks.store import (
     StoreError,
     StoreMeta,
     filter_conditions,
+    order_start,
 )
 
 if TYPE_CHECKING:
@@ -169,14 +170,13 @@ class EdgeStore:
             self._shard.update(qe.UpdateOperation.create_field_index(name, self._index_params(name)))
 
     def _upgrade_indexes(self) -> None:
-        """Payload indexes of an older store, rebuilt on disk (once: the shard remembers their parameters)."""
-        if not self.tuning.compact:
-            return
+        """Payload indexes of an older store: those it lacks created, the others rebuilt on disk (once: the
+        shard remembers their parameters)."""
         schema = self._shard.info().payload_schema
         for name in (*KEYWORD_FIELDS, *FLOAT_FIELDS, *INTEGER_FIELDS):
             info = schema.get(name)
             params = info.params if info is not None else None
-            if params is None or not getattr(params, "on_disk", False):
+            if info is None or (self.tuning.compact and not getattr(params, "on_disk", False)):
                 self._shard.update(qe.UpdateOperation.create_field_index(name, self._index_params(name)))
 
     def upsert(self, points: Sequence[StoredPoint]) -> None:
@@ -210,8 +210,8 @@ class EdgeStore:
         flt = _filter(query)
         if query.order is not None:
             direction = qe.Direction.Asc if query.order == "asc" else qe.Direction.Desc
-            return qe.QueryRequest(limit=query.limit, query=qe.OrderBy("position", direction=direction),
-                                   filter=flt, with_payload=True)
+            order = qe.OrderBy(query.order_field, direction=direction, start_from=order_start(query))
+            return qe.QueryRequest(limit=query.limit, query=order, filter=flt, with_payload=True)
         dense = qe.Query.Nearest(list(query.dense), using=query.using) if query.dense is not None else None
         # quantized candidates, rescored with the original vectors (no effect on a segment without quantization)
         sparse = (

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from typing import Any
 
 from qdrant_client import QdrantClient, models
@@ -30,6 +30,7 @@ from veritas_watch.sinks.store import (
     StoreError,
     StoreMeta,
     filter_conditions,
+    order_start,
 )
 
 _INT8 = models.ScalarQuantization(scalar=models.ScalarQuantizationConfig(
@@ -55,8 +56,10 @@ class ServerStore:
         self._collection = collection
         try:
             if client.collection_exists(collection):
-                stored = client.get_collection(collection).config.metadata or {}
+                info = client.get_collection(collection)
+                stored = info.config.metadata or {}
                 self.meta = StoreMeta.from_json(json.dumps(stored)) if "schema" in stored else meta
+                self._create_indexes(skip=set(info.payload_schema or {}))  # fields added since it was created
             else:
                 self.meta = meta
                 self._create(meta)
@@ -78,16 +81,19 @@ class ServerStore:
             quantization_config=_INT8,
             metadata={"schema": meta.schema, "embedder": meta.embedder, "dim": meta.dim, **meta.extra},
         )
-        for name in KEYWORD_FIELDS:
-            schema = models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD, is_tenant=name == "agent_id",
-                                               on_disk=True)
-            self._client.create_payload_index(self._collection, name, schema)
-        for name in FLOAT_FIELDS:
-            self._client.create_payload_index(self._collection, name, models.FloatIndexParams(
-                type=models.FloatIndexType.FLOAT, on_disk=True))
-        for name in INTEGER_FIELDS:
-            self._client.create_payload_index(self._collection, name, models.IntegerIndexParams(
-                type=models.IntegerIndexType.INTEGER, lookup=True, range=True, on_disk=True))
+        self._create_indexes()
+
+    def _create_indexes(self, skip: Collection[str] = ()) -> None:
+        schemas: dict[str, Any] = {
+            **{name: models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD, is_tenant=name == "agent_id",
+                                               on_disk=True) for name in KEYWORD_FIELDS},
+            **{name: models.FloatIndexParams(type=models.FloatIndexType.FLOAT, on_disk=True) for name in FLOAT_FIELDS},
+            **{name: models.IntegerIndexParams(type=models.IntegerIndexType.INTEGER, lookup=True, range=True,
+                                               on_disk=True) for name in INTEGER_FIELDS},
+        }
+        for name, schema in schemas.items():
+            if name not in skip:
+                self._client.create_payload_index(self._collection, name, schema)
 
     def upsert(self, points: Sequence[StoredPoint]) -> None:
         if not points:
@@ -124,7 +130,8 @@ class ServerStore:
         flt = _filter(query)
         if query.order is not None:
             direction = models.Direction.ASC if query.order == "asc" else models.Direction.DESC
-            order = models.OrderByQuery(order_by=models.OrderBy(key="position", direction=direction))
+            order = models.OrderByQuery(order_by=models.OrderBy(key=query.order_field, direction=direction,
+                                                                start_from=order_start(query)))
             return models.QueryRequest(query=order, filter=flt, limit=query.limit, with_payload=True)
         sparse = (
             models.SparseVector(indices=list(query.sparse.indices), values=list(query.sparse.values))

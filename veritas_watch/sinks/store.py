@@ -25,10 +25,13 @@ DenseName = Literal["dense", "xling"]
 # Payload fields with an index: tenant isolation and the filters search offers.
 KEYWORD_FIELDS = ("agent_id", "session_id", "role", "type", "entry_id")
 FLOAT_FIELDS = ("ts",)
-INTEGER_FIELDS = ("position",)
+INTEGER_FIELDS = ("position", "session_order")
 
 SearchMode = Literal["dense", "sparse", "hybrid"]
 PositionOrder = Literal["asc", "desc"]
+# What `order` and the position range read: `position` (within the session filter), or `session_order`
+# (model.session_order: one session's turns as one range, absent from points stored before it existed).
+OrderField = Literal["position", "session_order"]
 
 
 # One sparse-vector type from the tokenizer to the engines (sorted unique term ids, one weight each).
@@ -72,10 +75,11 @@ class SearchQuery:
     session_id: str | None = None
     entry_id: str | None = None  # the chunks of one entry (with session_id: one memory)
     positions: tuple[int, ...] = ()
-    min_position: int | None = None  # inclusive
+    min_position: int | None = None  # inclusive, on `order_field`
     max_position: int | None = None
     # Set: no vector ranking, the filtered points in `position` order (a session's neighbouring turns).
     order: PositionOrder | None = None
+    order_field: OrderField = "position"
     # Sparse IDF counted over the agent's own points (Qdrant Edge), so that one agent's ranking never
     # depends on what another agent stored. A server computes IDF over the whole collection.
     agent_idf: bool = True
@@ -166,6 +170,11 @@ class Condition:
     between: tuple[float | None, float | None] | None = None
 
 
+def order_start(query: SearchQuery) -> int | None:
+    """Where an ordered read starts: the engine walks its index from there, not from the range's start."""
+    return query.min_position if query.order == "asc" else query.max_position
+
+
 def filter_conditions(query: SearchQuery) -> list[Condition]:
     conditions: list[Condition] = []
     if query.agent_id is not None:
@@ -179,7 +188,7 @@ def filter_conditions(query: SearchQuery) -> list[Condition]:
     if query.positions:
         conditions.append(Condition("position", any_of=list(query.positions)))
     if query.min_position is not None or query.max_position is not None:
-        conditions.append(Condition("position", between=(query.min_position, query.max_position)))
+        conditions.append(Condition(query.order_field, between=(query.min_position, query.max_position)))
     if query.since is not None or query.until is not None:
         conditions.append(Condition("ts", between=(query.since, query.until)))
     return conditions
