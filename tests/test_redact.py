@@ -135,6 +135,14 @@ GENERIC_TRUE: list[tuple[str, str, str, str | None, str | None]] = [
         "PostgreSQL",
     ),
     ("curl -u ops:Gr4fana!pw https://grafana.example.com", "ops:Gr4fana!pw", "curl_user_password", None, None),
+    (
+        "Driver={ODBC Driver 18 for SQL Server};Server=tcp:db.example.net,1433;Uid=app;Pwd={Xk9#mQ2;vLp7!zR4};",
+        "Xk9#mQ2;vLp7!zR4",
+        "connection_string_password",
+        "Pwd",
+        None,
+    ),
+    ("Data Source=db;User ID=sa;Password={7hGq;2Lm!pZ9x};", "7hGq;2Lm!pZ9x", "connection_string_password", None, None),
     ("my password is hunter2024!", "hunter2024!", "password_cue", "password", None),
     ("the password for the router is Xy12ab!9", "Xy12ab!9", "password_cue", None, "router"),
     ("The wifi password is `sunshine`.", "sunshine", "password_cue", None, "Wi-Fi"),
@@ -178,6 +186,9 @@ GENERIC_TRUE: list[tuple[str, str, str, str | None, str | None]] = [
 
 GENERIC_FALSE = [
     "password is required",
+    'conn = f"Server={host};Uid={user};Pwd={password};"',
+    'dsn = f"Pwd={self.db_password};Encrypt=yes"',
+    "Password={PASSWORD};Pwd={0};",
     "The password is stored in 1Password",
     "the password was reset yesterday",
     "密码是什么？",

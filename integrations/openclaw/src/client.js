@@ -26,6 +26,11 @@ export class MemoryError extends Error {
   }
 }
 
+// A kept-alive connection the daemon closed while it was idle (it stopped or restarted) fails the next
+// request before the daemon sees it. Every call here only reads, so it is asked once more on a new
+// connection: a restarted daemon answers, a stopped one refuses (ECONNREFUSED).
+const STALE_CONNECTION = new Set(["UND_ERR_SOCKET", "ECONNRESET", "EPIPE"]);
+
 function networkCause(error) {
   const code = error?.cause?.code ?? error?.code;
   return typeof code === "string" ? code : error?.cause?.name ?? error?.name ?? "error";
@@ -51,20 +56,24 @@ export class VeritasClient {
     const combined = signal ? AbortSignal.any([signal, timeout]) : timeout;
     let response;
     let text;
-    try {
-      response = await this.fetch(`${url}${path}`, {
-        method: "POST",
-        headers,
-        body: JSON.stringify({ ...body, agent_id: agentId }),
-        signal: combined,
-      });
-      text = await response.text();
-    } catch (error) {
-      if (signal?.aborted) throw new MemoryError("aborted", "the call was cancelled");
-      if (timeout.aborted || error?.name === "TimeoutError") {
-        throw new MemoryError("timeout", `no answer from ${origin} within ${timeoutMs} ms`);
+    for (let attempt = 1; ; attempt++) {
+      try {
+        response = await this.fetch(`${url}${path}`, {
+          method: "POST",
+          headers,
+          body: JSON.stringify({ ...body, agent_id: agentId }),
+          signal: combined,
+        });
+        text = await response.text();
+        break;
+      } catch (error) {
+        if (signal?.aborted) throw new MemoryError("aborted", "the call was cancelled");
+        if (timeout.aborted || error?.name === "TimeoutError") {
+          throw new MemoryError("timeout", `no answer from ${origin} within ${timeoutMs} ms`);
+        }
+        if (attempt === 1 && STALE_CONNECTION.has(networkCause(error))) continue;
+        throw new MemoryError("unreachable", `cannot reach ${origin} (${networkCause(error)})`);
       }
-      throw new MemoryError("unreachable", `cannot reach ${origin} (${networkCause(error)})`);
     }
     let answer;
     try {

@@ -83,6 +83,18 @@ test("a connection dropped without an answer is unreachable", async () => {
   }
 });
 
+test("a connection the daemon dropped is asked once more on a new one", async () => {
+  let calls = 0;
+  const daemon = await fakeDaemon(() => (++calls === 1 ? { destroy: true } : undefined));
+  try {
+    const answer = await client(daemon.url).post("/memory/search", { query: "q" }, { agentId: "main" });
+    assert.deepEqual(answer, { results: [], count: 0 });
+    assert.equal(daemon.requests.length, 2);
+  } finally {
+    await daemon.close();
+  }
+});
+
 test("the caller's cancellation is not an outage", async () => {
   const daemon = await fakeDaemon(() => ({ hang: true }));
   try {

@@ -1036,6 +1036,21 @@ def _extract_positional_password(rule: Rule, m: re.Match[str], text: str) -> _Hi
     return _Hit(start, end, key_name=key_name, service=_known_service_near(text, m.start()))
 
 
+# An ODBC / ADO.NET connection string quotes a value holding `;` in braces (`}}` is a literal `}`):
+# `Uid=app;Pwd={Xk9#mQ2;vLp7!zR4};`. Unquoted and quoted values are the cue rules' already.
+_BRACED_PASSWORD_RE = (
+    r"(?i)(?<![A-Za-z0-9_\-])(?P<cue>pwd|password)[ \t]*=[ \t]*\{(?P<value>(?:[^}\n]|\}\}){1,256})\}(?!\})"
+)
+
+
+def _extract_braced_password(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
+    """The braces' content; `Pwd={password}` and `{self.pwd}` (a template, code) are no password."""
+    start, end = m.span("value")
+    if not _plausible(text[start:end].replace("}}", "}"), "password"):
+        return None
+    return _Hit(start, end, key_name=m.group("cue"), service=_known_service_near(text, m.start()))
+
+
 # The cue after the value: "Use 65iekx9l8d3xt02lohc08kpbmv06u8lu as the key", "`x` is my token".
 _TRAILING_CUE_RE = (
     r"(?<![^\s\"'`(（：:，,=])(?P<q>[`\"']?)(?P<value>[!-~]{8,256}?)(?P=q)[ \t]+(?i:as|is|was|=)[ \t]+"
@@ -1343,6 +1358,7 @@ _GENERIC_RULES: tuple[Rule, ...] = (
     _g("url_credentials", _URL_CREDENTIALS_RE, ("://",), _extract_url_credentials),
     _g("dsn_credentials", _DSN_CREDENTIALS_RE, ("@tcp(", "@unix("), _extract_url_credentials),
     _g("curl_user_password", _CURL_USER_RE, ("-u", "--user"), _extract_curl_user),
+    _g("connection_string_password", _BRACED_PASSWORD_RE, ("pwd", "password"), _extract_braced_password),
     _g("netrc_password", _NETRC_RE, ("machine",), _extract_positional_password),
     _g("password_argument", _GROOVY_PASSWORD_RE, ("password", "passwd"), _extract_positional_password),
     _g("psexec_password", _PSEXEC_RE, ("psexec",), _extract_positional_password),
