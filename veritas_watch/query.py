@@ -173,9 +173,14 @@ def _place_of(payloads: dict[str, dict[str, object]]) -> Callable[[str], tuple[H
     return place
 
 
+def payload_int(payload: dict[str, object], name: str) -> int | None:
+    """An integer field of a stored payload; None when it is missing or not an integer."""
+    value = payload.get(name)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def _position(payload: dict[str, object]) -> int | None:
-    position = payload.get("position")
-    return position if isinstance(position, int) and not isinstance(position, bool) else None
+    return payload_int(payload, "position")
 
 
 def _matches(request: MemoryRequest, payload: dict[str, object]) -> bool:
@@ -189,11 +194,6 @@ def _matches(request: MemoryRequest, payload: dict[str, object]) -> bool:
         if (request.since is not None and ts < request.since) or (request.until is not None and ts > request.until):
             return False
     return True
-
-
-def _session_order(payload: dict[str, object]) -> int | None:
-    order = payload.get("session_order")
-    return order if isinstance(order, int) and not isinstance(order, bool) else None
 
 
 # A neighbour lookup's tiers, cheapest first; each asks only for the neighbours the ones before did not find.
@@ -213,7 +213,7 @@ def neighbour_query(payload: dict[str, object], offset: int, tier: int,
     if position is None or not isinstance(session, str) or not isinstance(agent, str) or offset not in (1, -1):
         return None
     after = offset > 0
-    order = _session_order(payload)
+    order = payload_int(payload, "session_order")
     field: OrderField
     first: int | None
     last: int | None
@@ -250,7 +250,7 @@ def _neighbours(store: Store, request: MemoryRequest, hits: Sequence[tuple[str, 
             answers.update(zip(lookups, store.search_batch(list(lookups.values())), strict=True))
     found: dict[tuple[str, int], str] = {}
     for (key, offset), points in answers.items():
-        placed = [(_position(p.payload), int(str(p.payload.get("chunk") or 0)), p) for p in points]
+        placed = [(_position(p.payload), _chunk_index(p.payload), p) for p in points]
         turns = [(position, chunk, p) for position, chunk, p in placed if position is not None]
         if not turns:
             continue
@@ -273,8 +273,7 @@ def _entry_key(payload: dict[str, object]) -> Hashable:
 
 
 def _chunk_index(payload: dict[str, object]) -> int:
-    chunk = payload.get("chunk")
-    return chunk if isinstance(chunk, int) and not isinstance(chunk, bool) else 0
+    return payload_int(payload, "chunk") or 0
 
 
 def join_chunks(texts: Sequence[str]) -> str:

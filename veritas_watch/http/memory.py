@@ -35,6 +35,7 @@ from veritas_watch.query import (
     embed_request,
     hit_to_result,
     neighbour_query,
+    payload_int,
     run_search,
 )
 from veritas_watch.ranking import STOP_SEARCHING_HINT, SearchLoopGuard, floor_for
@@ -280,8 +281,7 @@ async def memory_get(request: web.Request) -> web.Response:
         raise BadRequest("field id must be a memory id (a UUID, as /memory/search returns it)") from None
 
     def chunk(point: Hit) -> int:
-        value = point.payload.get("chunk")
-        return value if isinstance(value, int) else 0
+        return payload_int(point.payload, "chunk") or 0
 
     def turns(points: list[Hit]) -> list[Hit]:
         """The first `around` turns of a fetch in position order, each by its first chunk."""
