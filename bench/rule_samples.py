@@ -1,4 +1,4 @@
-"""Rebuild the public-rule sample files under tests/data/ from two secret scanners' published rules.
+"""Rebuild the public-rule sample files under tests/data/ from three secret scanners' published rules.
 
 The recall corpora of tests/secret_corpus_public.py are built from secrets nobody here wrote:
 
@@ -9,11 +9,34 @@ The recall corpora of tests/secret_corpus_public.py are built from secrets nobod
   every rule's `examples` (found with the rule's own pattern) and values generated from the pattern.
   Never tuned on: detection was written from the providers' formats and the tuning set only.
 
+- third set: TruffleHog (`pkg/detectors/<name>/<name>_test.go`, the pattern tests beside each
+  detector). For every test case whose input and expected results read as strings (literals, constants,
+  `fmt.Sprintf`, `+`): the credential of each expected result, with the test's input as its example
+  text; cases that expect nothing are kept as negative examples. The detector's keywords and name give
+  the identifier (`abuseipdb`); its regexes only label the parts of a result. Measured blind first
+  (README), its misses read afterwards. Which part of a result is the credential:
+  * a result TruffleHog joins from several values (`<key><id>`, `<id>:<secret>`, `user:ATBB...`, or a
+    JSON object such as `{"accountName": ..., "accountKey": ...}`) is split back into the values found in
+    the input (the detector's capture groups, else the input's words, joined by nothing or by one of
+    `: / ; | , @ - _ .`); each part is named by its JSON key, its named group (`password`) or its
+    pattern variable (`idPat`, `secretPat`). The credential is the longest part not named like an
+    identifier (id, user, email, URL, host, domain, endpoint, account, org, tenant, region, ...; a name
+    that also says key, secret, token or password is a credential: `accountKey`, `clientSecret`), and
+    beside a key an endpoint URL, an e-mail address or a host name is never it;
+  * a URL's credential is the password of its userinfo or of a `password=` parameter; a URL with a
+    token in its path (webhooks: Discord, Slack, Tines, Zapier) is a credential whole; a URL with
+    neither (`jdbc:mysql://host:3306/db`, `https://jira.corp.com`) holds none and is dropped;
+  * a connection string (`Endpoint=...;Id=...;Secret=...`) gives its `Secret`/`Password` field;
+  * a result that is only an identifier (an e-mail address reported alone) is dropped;
+  * test filler (one character repeated twelve times, `API-AAAA...`, `shippo_live_1111...`, or a counted
+    run, `1234567890abcdef...`) is kept as a documented example, not a secret.
+
 Only data is written (rule id, the identifier a user would name the secret with, the secret, and
 for the scanners' own examples the text around it); no scanner code is copied. Run it again with
-checkouts of the two repositories to regenerate:
+checkouts of the repositories to regenerate:
 
   .venv/bin/python bench/rule_samples.py --gitleaks ../gitleaks --noseyparker ../noseyparker
+  .venv/bin/python bench/rule_samples.py --trufflehog ../trufflehog
 """
 
 from __future__ import annotations
@@ -26,6 +49,7 @@ import re
 import sre_constants as c
 import sre_parse
 import sys
+import textwrap
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -499,10 +523,365 @@ def noseyparker_samples(root: Path, rng: random.Random) -> list[dict[str, Any]]:
     return out
 
 
+# ---------------------------------------------------------------------------------------------
+# TruffleHog (the third set)
+
+_GO_TOKEN_RE = re.compile(
+    r"//[^\n]*|/\*.*?\*/|`[^`]*`|\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'|[A-Za-z_][\w.]*|\d+|:=|\S", re.S
+)
+# A part of a combined result named like these is what accompanies a key (an account, a user, a URL, a
+# region), not the credential; a name that also says key, secret, token or password is the credential.
+_TH_IDENT_NAME_RE = re.compile(
+    r"(?i)id|user|email|mail|url|uri|host|domain|endpoint|org|tenant|region|name|project|server|sub|instance|"
+    r"workspace|team|zone|base|location|phone|account|env|app|client|login|site|shop|store|cloud|realm|"
+    r"environment|version|datacenter|dc|cluster|port|path|company|bucket|registry"
+)
+_TH_SECRET_NAME_RE = re.compile(r"(?i)secret|key|token|pass|pword|pwd|cred|auth|sig|private|refresh|pat$")
+
+
+def _th_is_identifier(label: str) -> bool:
+    label = re.sub(r"(?i)pat(tern)?s?$", "", label)
+    return bool(_TH_IDENT_NAME_RE.search(label)) and not _TH_SECRET_NAME_RE.search(label)
+
+
+class _GoExpr:
+    """Just enough of Go's expression syntax to read a test's string constants and its test-case table:
+    string literals, `+`, `fmt.Sprintf`, `strings.Repeat`, `[]string{...}`, `[]byte(...)`, identifiers."""
+
+    def __init__(self, source: str) -> None:
+        self.tokens = [t for t in _GO_TOKEN_RE.findall(source) if not t.startswith(("//", "/*"))]
+        self.defs: dict[str, int] = {}
+        for i in range(len(self.tokens) - 2):
+            name, op = self.tokens[i], self.tokens[i + 1]
+            if op in ("=", ":=") and re.fullmatch(r"[A-Za-z_]\w*", name) and name not in self.defs:
+                self.defs[name] = i + 2
+        self.depth = 0
+
+    @staticmethod
+    def literal(tok: str) -> str | None:
+        if tok.startswith("`"):
+            return tok[1:-1]
+        if tok.startswith('"'):
+            try:
+                return bytes(tok[1:-1], "utf-8").decode("unicode_escape").encode("latin-1").decode("utf-8", "replace")
+            except (UnicodeDecodeError, UnicodeEncodeError):
+                return None
+        return None
+
+    def skip(self, i: int) -> int:
+        """Past one balanced bracket group starting at tokens[i]."""
+        pairs = {"(": ")", "{": "}", "[": "]"}
+        stack = [pairs[self.tokens[i]]]
+        i += 1
+        while stack and i < len(self.tokens):
+            tok = self.tokens[i]
+            if tok in pairs:
+                stack.append(pairs[tok])
+            elif tok == stack[-1]:
+                stack.pop()
+            i += 1
+        return i
+
+    def args(self, i: int) -> tuple[list[Any], int]:
+        """Comma-separated expressions from tokens[i] (just past an opening bracket) to its closing one."""
+        out: list[Any] = []
+        toks = self.tokens
+        while i < len(toks) and toks[i] not in (")", "}"):
+            value, i = self.expr(i)
+            out.append(value)
+            if i < len(toks) and toks[i] == ",":
+                i += 1
+            elif i < len(toks) and toks[i] not in (")", "}"):
+                return [*out, None], self.skip_to_close(i)
+        return out, i + 1
+
+    def skip_to_close(self, i: int) -> int:
+        depth = 0
+        while i < len(self.tokens):
+            tok = self.tokens[i]
+            if tok in "({[":
+                depth += 1
+            elif tok in ")}]":
+                if depth == 0:
+                    return i + 1
+                depth -= 1
+            i += 1
+        return i
+
+    def expr(self, i: int) -> tuple[Any, int]:
+        value, i = self.primary(i)
+        while i < len(self.tokens) and self.tokens[i] == "+":
+            right, i = self.primary(i + 1)
+            value = value + right if isinstance(value, str) and isinstance(right, str) else None
+        return value, i
+
+    def primary(self, i: int) -> tuple[Any, int]:
+        toks = self.tokens
+        if i >= len(toks):
+            return None, i
+        tok = toks[i]
+        lit = self.literal(tok)
+        if lit is not None:
+            return lit, i + 1
+        if tok == "nil":
+            return [], i + 1
+        if tok == "[" and toks[i + 1 : i + 4] == ["]", "string", "{"]:
+            items, j = self.args(i + 4)
+            return (items if all(isinstance(x, str) for x in items) else None), j
+        if tok == "[":
+            j = self.skip(i)
+            while j < len(toks) and toks[j] not in ("{", "(", ",", ")", "}"):
+                j += 1
+            return None, (self.skip(j) if j < len(toks) and toks[j] in "{(" else j)
+        if re.fullmatch(r"[A-Za-z_][\w.]*", tok):
+            if i + 1 < len(toks) and toks[i + 1] == "(":
+                args, j = self.args(i + 2)
+                return self.call(tok, args), j
+            if i + 1 < len(toks) and toks[i + 1] == "{":
+                return None, self.skip(i + 1)
+            return self.lookup(tok), i + 1
+        if tok in "({[":
+            return None, self.skip(i)
+        return None, i + 1
+
+    def lookup(self, name: str) -> Any:
+        at = self.defs.get(name)
+        if at is None or self.depth > 8:
+            return None
+        self.depth += 1
+        try:
+            return self.expr(at)[0]
+        finally:
+            self.depth -= 1
+
+    @staticmethod
+    def call(name: str, args: list[Any]) -> Any:
+        if name in ("string", "[]byte") and len(args) == 1:
+            return args[0]
+        if name == "strings.Repeat" and len(args) == 2 and isinstance(args[0], str):
+            return None  # the count is a number literal: not read here
+        if name == "fmt.Sprintf" and args and isinstance(args[0], str) and all(isinstance(a, str) for a in args[1:]):
+            rest = list(args[1:])
+
+            def verb(m: re.Match[str]) -> str:
+                if m.group(0) == "%%":
+                    return "%"
+                if not rest:
+                    raise ValueError("missing argument")
+                arg = rest.pop(0)
+                return json.dumps(arg) if m.group(1) == "q" else arg
+
+            try:
+                return re.sub(r"%[-+# 0-9.]*([svqdx])|%%", verb, args[0])
+            except ValueError:
+                return None
+        return None
+
+    def cases(self) -> list[tuple[str, list[str]]]:
+        """(input, want) of every test case whose input and want read as strings."""
+        toks = self.tokens
+        out = []
+        for i in range(len(toks) - 2):
+            if toks[i] not in ("input", "data") or toks[i + 1] != ":":
+                continue
+            text, j = self.expr(i + 2)
+            if isinstance(text, list) or not isinstance(text, str):
+                continue
+            k = j
+            while k < len(toks) - 2 and not (toks[k] in ("input", "data") and toks[k + 1] == ":"):
+                if toks[k] == "want" and toks[k + 1] == ":":
+                    want, _ = self.expr(k + 2)
+                    if isinstance(want, list):
+                        out.append((text, want))
+                    break
+                k += 1
+        return out
+
+
+def _th_patterns(source: str) -> list[tuple[str, re.Pattern[str]]]:
+    """(variable name, compiled regex without its keyword prefix) of a detector's `regexp.MustCompile`s."""
+    out = []
+    go = _GoExpr(source.replace("detectors.PrefixRegex", "_prefix"))
+    for m in re.finditer(r"(?:(\w+)\s*(?::=|=)\s*)?regexp\.MustCompile\(", source):
+        name = m.group(1) or ""
+        # the keyword prefix only narrows where a scanner looks; the value's own shape is what is kept
+        start = source.index("(", m.end() - 1) + 1
+        depth, j = 1, start
+        while j < len(source) and depth:
+            depth += {"(": 1, ")": -1}.get(source[j], 0) if source[j] not in "`\"" else 0
+            if source[j] == "`":
+                j = source.index("`", j + 1)
+            elif source[j] == '"':
+                j = re.compile(r'"(?:[^"\\\n]|\\.)*"').match(source, j).end() - 1  # type: ignore[union-attr]
+            j += 1
+        expr = source[start : j - 1]
+        expr = re.sub(r"detectors\.PrefixRegex\([^)]*\)\s*\+", "", expr)
+        sub = _GoExpr(expr)
+        value, _ = sub.expr(0)
+        if not isinstance(value, str):
+            value = None
+        if value is None:
+            continue
+        py, flags = to_python(value)
+        try:
+            out.append((name, re.compile(py, flags)))
+        except re.error:
+            continue
+    del go
+    return out
+
+
+def _th_labelled(text: str, want: str, patterns: list[tuple[str, re.Pattern[str]]]) -> dict[str, str]:
+    """value -> label of what the detector's patterns capture in `text` and `want` holds (a named group's
+    name, else the pattern's variable name)."""
+    labelled: dict[str, str] = {}
+    for name, rx in patterns:
+        names = {i: n for n, i in rx.groupindex.items()}
+        for m in rx.finditer(text):
+            groups = [(names.get(i, name), m.group(i)) for i in range(1, rx.groups + 1)] or [(name, m.group(0))]
+            for label, g in groups:
+                if g and len(g) >= 3 and g in want:
+                    labelled.setdefault(g, label)
+    return labelled
+
+
+def _th_split(want: str, labelled: dict[str, str]) -> list[tuple[str, str]] | None:
+    """The shortest split of `want` into found values and the separators scanners join them with."""
+    best: dict[int, list[tuple[str, str]]] = {0: []}
+    for pos in range(len(want) + 1):
+        if pos not in best:
+            continue
+        if pos == len(want):
+            return best[pos]
+        for sep in ("", ":", "/", ";", "|", ",", " ", "@", "\n", "-", "_", "."):
+            if sep and not want.startswith(sep, pos):
+                continue
+            at = pos + len(sep)
+            for value, label in labelled.items():
+                if want.startswith(value, at) and at + len(value) not in best:
+                    best[at + len(value)] = best[pos] + [(label, value)]
+    return None
+
+
+def _th_parts(want: str, text: str, patterns: list[tuple[str, re.Pattern[str]]]) -> list[tuple[str, str]] | None:
+    """`want` as the (label, value) parts it joins, each found in `text`; None if it cannot be split."""
+    try:
+        doc = json.loads(want)
+    except ValueError:
+        doc = None
+    if isinstance(doc, dict):
+        parts = [(str(k), v) for k, v in doc.items() if isinstance(v, str) and v and v in text]
+        return parts or None
+    labelled = _th_labelled(text, want, patterns)
+    split = _th_split(want, labelled)
+    if split and (len(split) > 1 or want not in text):
+        return split  # `user:ATBB...` written so in the text: still a user and a password
+    if want in text:
+        return [(labelled.get(want, ""), want)]
+    words: dict[str, str] = {}  # the pattern did not convert: the words of the text
+    for tok in re.split(r"[\s\"'`<>{}()\[\],;=]+", text):
+        for piece in {tok, *tok.split(":")}:
+            if len(piece) >= 3 and piece in want:
+                words.setdefault(piece, "")
+    return _th_split(want, words)
+
+
+def _th_url_credential(url: str) -> str | None:
+    """A URL's credential: the password of its userinfo or `password=` parameter, else the URL itself
+    when a token sits in its path or query (a webhook); None for a URL that holds none (`jdbc:mysql://host/db`)."""
+    userinfo = re.search(r"//[^/\s:@]*:([^@\s/]+)@", url)
+    if userinfo:
+        return userinfo.group(1)
+    param = re.search(r"(?i)[?&;](?:password|pwd)=([^&;\s]+)", url)
+    if param:
+        return param.group(1)
+    rest = url.split("://", 1)[1] if "://" in url else ""
+    pieces = re.split(r"[/?&=:;@]", rest.split("/", 1)[1] if "/" in rest else "")
+    token = any(len(p) >= 16 and re.search(r"\d", p) and re.search(r"[A-Za-z]", p) for p in pieces)
+    return url if token else None
+
+
+def _th_credential(parts: list[tuple[str, str]]) -> tuple[str, str] | None:
+    """The part a leak exposes: the one not named like an id, user, URL or region (the longest such);
+    None when all the scanner reports is an identifier (an e-mail address, a host)."""
+    secret = [p for p in parts if not _th_is_identifier(p[0])]
+    if len(parts) > 1:  # beside a key, an endpoint, an address or a host is what it is used with
+        secret = [p for p in secret if not re.match(r"[a-z][\w+.-]*://|[\w.+-]+@[\w-]+\.|[\w-]+(?:\.[\w-]+)+$", p[1])]
+    if not secret:
+        return None
+    label, value = max(secret, key=lambda p: len(p[1]))
+    field = re.search(r"(?i)(?:^|;)\s*(?:secret|password|pwd|accountkey|sharedaccesskey)=([^;]+)", value)
+    if field and ";" in value:  # a connection string: its secret field
+        return "secret", field.group(1).strip()
+    if re.match(r"[a-z][\w+.-]*:(?://|[a-z0-9]+:)", value):
+        found = _th_url_credential(value)
+        if found is None:
+            return None
+        return ("password" if found != value else label), found
+    if re.fullmatch(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+", value):
+        return None  # an e-mail address reported alone: the account, not its password
+    return label, value
+
+
+# Test filler rather than a key: one character repeated (`API-AAAA...`, `shippo_live_1111...`,
+# `sk-lf-0000...`) or a counted run (`pgar_1234567890...`, `1234567890abcdef1234...`).
+_TH_FILLER_RE = re.compile(r"([A-Za-z0-9])\1{11}|0?123456789|abcdefghijklm|ABCDEFGHIJKLM")
+
+
+def _dedent(text: str) -> str:
+    lines = [line.rstrip() for line in text.strip("\n").splitlines()]
+    return textwrap.dedent("\n".join(lines)).strip()
+
+
+def trufflehog_samples(root: Path, rng: random.Random) -> list[dict[str, Any]]:
+    detectors = root / "pkg" / "detectors"
+    out: list[dict[str, Any]] = []
+    for test in sorted(detectors.rglob("*_test.go")):
+        if test.name.endswith("_integration_test.go") or test.parent == detectors:
+            continue
+        rel = test.parent.relative_to(detectors)
+        name = rel.parts[0]
+        rid = "/".join(rel.parts)
+        source = "\n".join(p.read_text(encoding="utf-8", errors="replace") for p in sorted(test.parent.glob("*.go"))
+                           if not p.name.endswith("_test.go"))
+        patterns = _th_patterns(source)
+        keywords = re.search(r"Keywords\(\)\s*\[\]string\s*\{\s*return\s*\[\]string\{([^}]*)\}", source)
+        words = re.findall(r'"([^"]+)"', keywords.group(1)) if keywords else []
+        ident = re.sub(r"[^a-z0-9]", "", name.lower()) or (words[0] if words else "service")
+        family = _family(name + " " + " ".join(words))
+        seen: set[str] = set()
+        go = _GoExpr(test.read_text(encoding="utf-8", errors="replace"))
+        for text, wants in go.cases():
+            example = _dedent(text)
+            if not wants:
+                out.append({"source": "trufflehog", "rule": rid, "family": family, "ident": ident, "secret": "",
+                            "origin": "negative", "example": example[:4000]})
+                continue
+            for want in wants:
+                if re.fullmatch(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+", want):
+                    continue  # an account's e-mail address reported alone
+                parts = _th_parts(want, example, patterns)
+                if not parts:
+                    continue
+                credential = _th_credential(parts)
+                if credential is None:
+                    continue
+                label, secret = credential[0], credential[1].strip()
+                if len(secret) < 6 or secret in seen or secret not in example:
+                    continue
+                seen.add(secret)
+                noun = re.sub(r"(?i)pat(tern)?s?$", "", label) or "key"
+                origin = "documented_example" if _TH_FILLER_RE.search(secret) else "example"
+                out.append({"source": "trufflehog", "rule": f"{rid}:{noun}", "family": family, "ident": ident,
+                            "secret": secret, "origin": origin, "example": example[:4000]})
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gitleaks", type=Path, help="a gitleaks checkout")
     parser.add_argument("--noseyparker", type=Path, help="a noseyparker checkout")
+    parser.add_argument("--trufflehog", type=Path, help="a trufflehog checkout")
     parser.add_argument("--seed", type=int, default=20261201)
     parser.add_argument("--out", type=Path, default=OUT,
                         help="where to write (another seed into another directory: a reseeded check set)")
@@ -512,7 +891,8 @@ def main() -> None:
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     for name, root, fn in (("gitleaks", args.gitleaks, gitleaks_samples),
-                           ("noseyparker", args.noseyparker, noseyparker_samples)):
+                           ("noseyparker", args.noseyparker, noseyparker_samples),
+                           ("trufflehog", args.trufflehog, trufflehog_samples)):
         if args.reclean:
             samples = json.loads(gzip.decompress((out / f"public_rules_{name}.json.gz").read_bytes()))
         elif root is None:

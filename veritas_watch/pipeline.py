@@ -511,7 +511,7 @@ class Sink:
             points, self._since_optimize = self._since_optimize, 0
             started = time.perf_counter()
             try:
-                changed = await self.in_store_thread(self.store.optimize)
+                changed = await self.in_store_thread(self._optimize)
             except Exception as exc:  # the store keeps working unoptimized; the next segment tries again
                 log.error("store_optimize_failed", error=f"{type(exc).__name__}: {exc}"[:300])
                 changed = False
@@ -554,6 +554,14 @@ class Sink:
         self.store.release_memory()
         if self._model_dir is not None:
             drop_mapped_pages(self._model_dir)  # read-only mappings: the pages come back from the page cache
+
+    def _optimize(self) -> bool:
+        """An optimization maps the segment it reads and the one it writes for seconds with the GIL held, when
+        no release can run: the models' pages are dropped first (the store drops its own and the freed heap),
+        so that it starts from the lowest footprint a release gives, which is what bounds the backfill's peak."""
+        if self._model_dir is not None:
+            drop_mapped_pages(self._model_dir)
+        return self.store.optimize()
 
     def _not_yet_stored(self, chunks: list[Chunk]) -> list[Chunk]:
         """Drop chunks the store already holds with identical payload: a replay costs no embedding."""

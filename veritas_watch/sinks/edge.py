@@ -304,7 +304,7 @@ class EdgeStore:
         (the GIL). So it starts with the store's mapped pages dropped and ends with what it touched dropped."""
         try:
             started = time.perf_counter()
-            drop_mapped_pages(self.path)  # the growing segment's pages: ~50 MB before a 10k-point conversion
+            self.release_memory()  # the growing segment's pages: ~50 MB before a 10k-point conversion
             changed = bool(self._shard.optimize())
             self.release_memory()  # its pages, and its buffers (freed, but otherwise kept by the allocator)
             self.points_since_optimize = 0

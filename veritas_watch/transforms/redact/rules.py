@@ -390,6 +390,9 @@ _PROVIDER_RULES: tuple[Rule, ...] = (
     # license keys: 40 characters ending `NRAL` (a region such as `eu01xx` may open them)
     _p("newrelic_license_key", "New Relic", "NEW_RELIC_LICENSE_KEY", _L + r"[A-Za-z0-9]{6}[a-fA-F0-9]{30}NRAL" + _R,
        ("nral",), entropy=3.0),
+    # mobile application tokens: 42 characters ending `-NRMA` (a region such as `eu01xx` may open them)
+    _p("newrelic_mobile_token", "New Relic", "NEW_RELIC_MOBILE_TOKEN", _L + r"[A-Za-z0-9]{42}-NRMA" + _R, ("-nrma",),
+       entropy=3.0),
     _p("figma_token", "Figma", "FIGMA_TOKEN", _L + r"figd_[A-Za-z0-9_\-]{40}" + _R, ("figd_",)),
     _p("airtable_token", "Airtable", "AIRTABLE_TOKEN", _L + r"pat[A-Za-z0-9]{14}\.[a-f0-9]{64}" + _R, ("pat",)),
     # --- messaging, email
@@ -402,6 +405,22 @@ _PROVIDER_RULES: tuple[Rule, ...] = (
         entropy=2.8,  # legacy workspace tokens are mostly digits: `xoxa-2-<id>-<id>-<id>-<hex>`
     ),
     _p("slack_app_token", "Slack", "SLACK_APP_TOKEN", _L + r"xapp-\d-[A-Z0-9]+-\d+-[a-z0-9]+" + _R, ("xapp-",)),
+    # webhook URLs whose path is the credential: Tines (`<tenant>.tines.com/webhook/<path>/<secret>`) and
+    # Zapier catch hooks (`hooks.zapier.com/hooks/catch/<account>/<hook>`)
+    _p(
+        "tines_webhook_url",
+        "Tines",
+        "TINES_WEBHOOK_URL",
+        r"(?:https?://)?[A-Za-z0-9\-]{1,63}\.tines\.(?:com|io)/webhook/[A-Za-z0-9]{16,}/[A-Za-z0-9]{16,}",
+        (".tines.",),
+    ),
+    _p(
+        "zapier_webhook_url",
+        "Zapier",
+        "ZAPIER_WEBHOOK_URL",
+        r"(?:https?://)?hooks\.zapier\.com/hooks/catch/[A-Za-z0-9]{4,}(?:/[A-Za-z0-9]{4,})?/?",
+        ("hooks.zapier.com",),
+    ),
     _p(
         "slack_webhook_url",
         "Slack",
@@ -648,7 +667,9 @@ _MORE_PROVIDER_RULES: tuple[Rule, ...] = (
         "flyio_token",
         "Fly.io",
         "FLY_API_TOKEN",
-        _B64L + r"(?:fo1_[\w\-]{43}|fm1[ar]_[A-Za-z0-9+/]{100,}={0,3}|fm2_[A-Za-z0-9+/]{100,}={0,3})" + _B64R,
+        # `fly tokens create` prints the macaroon behind its scheme, `FlyV1 fm2_...`: the scheme goes with it
+        _B64L + r"(?:FlyV1[ \t]+)?(?:fo1_[\w\-]{43}|fm1[ar]_[A-Za-z0-9+/]{100,}={0,3}|fm2_[A-Za-z0-9+/]{100,}={0,3})"
+        + _B64R,
         ("fo1_", "fm1a_", "fm1r_", "fm2_"),
     ),
     _p("frameio_token", "Frame.io", "FRAMEIO_TOKEN", _L + r"fio-u-[A-Za-z0-9\-_=]{64}" + _R, ("fio-u-",)),
@@ -930,8 +951,9 @@ _ASSIGNMENT_RE = (
     r"(?=[ \t]*=[ \t]*[\"'`]))?"
     r"[ \t]*(?P<op>:{1,3}=|\?\?=|\?=|\+=|\.=|={2,3}|!={1,2}|=>|->|\|\||=|:|：|,(?=[ \t]*\\?[\"'`]))[ \t]*\\?"
     # a quoted value may be wrapped by a terminal onto following lines of base64
-    r"(?:(?P<q>[\"'`])(?P<qv>(?:(?!(?P=q))[^\n]){1,1024}?(?:\r?\n[A-Za-z0-9+/=_\-.]{1,1024}?)*)\\?(?P=q)|"
-    r"[\"'`]?(?P<v>[^\s\"'`,;<>\\]{1,1024}))"
+    # (up to 4 KB: an Entra refresh token or a Docker `auth` holding a key file runs past 1 KB)
+    r"(?:(?P<q>[\"'`])(?P<qv>(?:(?!(?P=q))[^\n]){1,4096}?(?:\r?\n[A-Za-z0-9+/=_\-.]{1,1024}?)*)\\?(?P=q)|"
+    r"[\"'`]?(?P<v>[^\s\"'`,;<>\\]{1,4096}))"
 )
 # A `NAME=value` setting on its own line (`.env`, shell `export`, `docker run -e`, a `.env` inside a JSON
 # string): the value is everything up to the next space, punctuation included (`PASSWORD=Zv7,qH~8'c`).
@@ -939,7 +961,7 @@ _ENV_LINE_RE = (
     r"(?m)(?:^[ \t]*(?:export[ \t]+|set[ \t]+|\$env:)?|(?<=[ \t]-e[ \t])|(?<=--env[ \t])|(?<=--env=)|(?<=\\n)|"
     r"(?<=[{,][ \t]\")|(?<=: \"))"
     # (a backtick that no other closes on the line is the value's first character: `PASSWORD=`123QWERasdf`)
-    r"(?P<name>[A-Za-z_][A-Za-z0-9_.\-]{0,120})=(?P<v>(?:[^\s\"'`]|`(?![^`\n]*`))(?:[^\s\\]|\\[^nrt\s]){0,1023})"
+    r"(?P<name>[A-Za-z_][A-Za-z0-9_.\-]{0,120})=(?P<v>(?:[^\s\"'`]|`(?![^`\n]*`))(?:[^\s\\]|\\[^nrt\s]){0,4095})"
 )
 # XML: `<apiToken>...</apiToken>` (the value may sit on its own line), `<add key="ClearTextPassword"
 # value="..." />` (NuGet, .NET appSettings), `<entry name="xToken" value="..."/>`.
@@ -948,6 +970,28 @@ _XML_ELEMENT_RE = (
     r"(?i:key|token|secret|passw(?:or)?d|passphrase|pwd|pass|auth|credentials?)[\w]{0,40})(?:[ \t][^<>\n]{0,200})?>"
     r"[ \t]*(?:\r?\n[ \t]*)?(?P<v>[^<>\s]{1,1024})[ \t]*(?:\r?\n[ \t]*)?</(?P=name)>"
 )
+# A secret-named element whose text is several words on one line: Jenkins' credentials.xml writes a stored
+# secret as `<secret>{AQAAABAAA...}</secret>`, and a pasted one often keeps a label inside the braces
+# (`<apiToken>{prod 9f2c... }</apiToken>`). The span runs from the first to the last random word.
+_XML_WORDS_RE = (
+    r"<(?P<name>(?:[A-Za-z_][\w.\-]{0,80}?)?"
+    r"(?i:token|secret|passw(?:or)?d|passphrase|api[_\-]?key|access[_\-]?key)[\w]{0,40})(?:[ \t][^<>\n]{0,200})?>"
+    r"(?P<c>[^<>\n]{0,1024}?[ \t][^<>\n]{0,1024}?)</(?P=name)>"
+)
+_XML_WORD_RE = re.compile(r"[^\s{}()\[\],;\"']+")
+
+
+def _extract_xml_words(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
+    found = [
+        w for w in _XML_WORD_RE.finditer(text, m.start("c"), m.end("c"))
+        if len(w.group()) >= 12 and not _DOMAIN_RE.fullmatch(w.group()) and not _PATH_RE.fullmatch(w.group())
+        and _plausible(w.group(), "token") and _random_enough(w.group(), relaxed=True)
+    ]
+    if not found:
+        return None
+    return _Hit(found[0].start(), found[-1].end(), key_name=m.group("name"))
+
+
 _XML_KEY_VALUE_RE = (
     r"(?i)\b(?:key|name)[ \t]*=[ \t]*(?P<nq>[\"'])(?P<name>[^\"'<>\n]{1,80})(?P=nq)[ \t]+value[ \t]*=[ \t]*"
     r"(?P<q>[\"'])(?P<qv>[^\"'<>\n]{1,1024})(?P=q)"
@@ -1270,7 +1314,11 @@ def _extract_bare_token(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
         if not 0.15 <= digits / n <= 0.6:
             return None  # one-case letters and digits: random only with digits mixed in evenly
     entropy = shannon_entropy(value)
-    if entropy < (4.0 if n < 28 else 4.3):
+    # one case and digits is a 36-symbol alphabet: n draws from it reach a lower entropy than from 62
+    # (32 random lowercase-and-digit characters average about 4.3 bits, half fall below it);
+    # (not a path: `owner/name-2023-<hex>` slugs are one case too)
+    one_case = not (lower and upper) and "/" not in value
+    if entropy < ((3.9 if n < 28 else 4.05) if one_case else (4.0 if n < 28 else 4.3)):
         return None
     # every piece between separators must itself look random: "my-long-file_name-v2" does not; a long
     # value cut into short pieces counts if none of them is a word
@@ -1347,6 +1395,7 @@ _GENERIC_RULES: tuple[Rule, ...] = (
     _g("xml_secret_element", _XML_ELEMENT_RE, ("key", "token", "secret", "pass", "pwd", "auth", "cred"),
        _extract_assignment),
     _g("xml_key_value", _XML_KEY_VALUE_RE, ("value",), _extract_assignment),
+    _g("xml_secret_words", _XML_WORDS_RE, ("token>", "secret>", "password>", "passwd>", "key>"), _extract_xml_words),
     _g(
         "cli_secret_flag",
         _CLI_FLAG_RE,
