@@ -250,7 +250,7 @@ def _neighbours(store: Store, request: MemoryRequest, hits: Sequence[tuple[str, 
             answers.update(zip(lookups, store.search_batch(list(lookups.values())), strict=True))
     found: dict[tuple[str, int], str] = {}
     for (key, offset), points in answers.items():
-        placed = [(_position(p.payload), _chunk_index(p.payload), p) for p in points]
+        placed = [(_position(p.payload), chunk_index(p.payload), p) for p in points]
         turns = [(position, chunk, p) for position, chunk, p in placed if position is not None]
         if not turns:
             continue
@@ -272,7 +272,8 @@ def _entry_key(payload: dict[str, object]) -> Hashable:
             payload.get("timestamp"))
 
 
-def _chunk_index(payload: dict[str, object]) -> int:
+def chunk_index(payload: dict[str, object]) -> int:
+    """Which chunk of its entry a stored point is (0: the first, or the whole entry)."""
     return payload_int(payload, "chunk") or 0
 
 
@@ -296,7 +297,7 @@ MULTI_CHUNK_HINT = 200  # a first chunk this long may have followers (chunk_char
 def _entry_texts(store: Store, hits: Sequence[tuple[str, dict[str, object], bool]]) -> dict[str, str]:
     """{hit id: the whole entry's text} for hits that are one chunk of several. One store batch."""
     wanted = [(key, payload) for key, payload, known in hits
-              if known or _chunk_index(payload) > 0 or len(str(payload.get("data") or "")) >= MULTI_CHUNK_HINT]
+              if known or chunk_index(payload) > 0 or len(str(payload.get("data") or "")) >= MULTI_CHUNK_HINT]
     lookups = []
     for key, payload in wanted:
         agent, session, entry = payload.get("agent_id"), payload.get("session_id"), payload.get("entry_id")
@@ -308,7 +309,7 @@ def _entry_texts(store: Store, hits: Sequence[tuple[str, dict[str, object], bool
         return out
     for (key, payload, _), points in zip(lookups, store.search_batch([q for _, _, q in lookups]), strict=True):
         mine = _entry_key(payload)
-        chunks = sorted((_chunk_index(p.payload), str(p.payload.get("data") or "")) for p in points
+        chunks = sorted((chunk_index(p.payload), str(p.payload.get("data") or "")) for p in points
                         if _entry_key(p.payload) == mine)
         if len(chunks) > 1:
             out[key] = join_chunks([text for _, text in chunks])

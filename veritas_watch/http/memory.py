@@ -31,11 +31,11 @@ from veritas_watch.query import (
     MemoryHit,
     MemoryRequest,
     check_agent,
+    chunk_index,
     context_block,
     embed_request,
     hit_to_result,
     neighbour_query,
-    payload_int,
     run_search,
 )
 from veritas_watch.ranking import STOP_SEARCHING_HINT, SearchLoopGuard, floor_for
@@ -280,15 +280,12 @@ async def memory_get(request: web.Request) -> web.Response:
     except ValueError:
         raise BadRequest("field id must be a memory id (a UUID, as /memory/search returns it)") from None
 
-    def chunk(point: Hit) -> int:
-        return payload_int(point.payload, "chunk") or 0
-
     def turns(points: list[Hit]) -> list[Hit]:
         """The first `around` turns of a fetch in position order, each by its first chunk."""
         first: dict[object, Hit] = {}
         for point in points:
             key = point.payload.get("position")
-            if key not in first or chunk(point) < chunk(first[key]):
+            if key not in first or chunk_index(point.payload) < chunk_index(first[key].payload):
                 first[key] = point
         return list(first.values())[:around]
 
