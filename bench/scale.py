@@ -147,8 +147,10 @@ class RssSampler:
         self._thread.start()
 
     def _run(self) -> None:
-        while not self._stop.wait(0.25):
+        while True:  # a sample first: a stop can be over within 0.25 s
             self.peak = max(self.peak, rss_mb(self.pid))
+            if self._stop.wait(0.25):
+                return
 
     def stop(self) -> float:
         self._stop.set()

