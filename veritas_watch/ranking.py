@@ -321,11 +321,11 @@ def _signature(text: str) -> str:
     return _NOT_WORD.sub("", normalise(text))
 
 
-def _shingles(text: str, size: int = 3) -> frozenset[str]:
+def _shingles(text: str, size: int = 3) -> set[str]:
     folded = " ".join(normalise(text).split())
     if len(folded) <= size:
-        return frozenset([folded])
-    return frozenset(folded[i:i + size] for i in range(len(folded) - size + 1))
+        return {folded}
+    return {folded[i:i + size] for i in range(len(folded) - size + 1)}
 
 
 def near_duplicate_of(texts: Sequence[str], threshold: float) -> list[int]:
@@ -352,7 +352,8 @@ def near_duplicate_of(texts: Sequence[str], threshold: float) -> list[int]:
             smaller, larger = sorted((len(mine), len(other)))
             if smaller / larger < threshold:
                 continue  # Jaccard <= |small| / |large|: cannot reach the threshold
-            if len(mine & other) / len(mine | other) >= threshold:
+            shared = len(mine & other)  # |A | B| = |A| + |B| - |A & B|: no union set built
+            if shared / (len(mine) + len(other) - shared) >= threshold:
                 found = j
                 break
         out.append(found)
