@@ -349,11 +349,11 @@ def near_duplicate_of(texts: Sequence[str], threshold: float) -> list[int]:
             other = shingles[j]
             if mine is None or other is None:
                 continue
-            smaller, larger = sorted((len(mine), len(other)))
-            if smaller / larger < threshold:
+            mine_n, other_n = len(mine), len(other)
+            if min(mine_n, other_n) / max(mine_n, other_n) < threshold:
                 continue  # Jaccard <= |small| / |large|: cannot reach the threshold
             shared = len(mine & other)  # |A | B| = |A| + |B| - |A & B|: no union set built
-            if shared / (len(mine) + len(other) - shared) >= threshold:
+            if shared / (mine_n + other_n - shared) >= threshold:
                 found = j
                 break
         out.append(found)
