@@ -252,8 +252,7 @@ CODE_NOT_SECRETS = [
 ]
 
 
-@pytest.mark.parametrize("text", CODE_NOT_SECRETS)
-def test_assignment_shapes_leave_code_alone(text: str) -> None:
+def assert_left_alone(text: str) -> None:
     assert detect(text) == [], [(m.rule, m.value) for m in detect(text)]
 
 
@@ -309,8 +308,7 @@ PROVIDERS = [
 ]
 
 
-@pytest.mark.parametrize(("label", "value", "template"), PROVIDERS, ids=[p[0] for p in PROVIDERS])
-def test_provider_formats_are_hidden_whole(label: str, value: str, template: str) -> None:
+def assert_hidden_whole(label: str, value: str, template: str) -> None:
     text = template.replace("{{", "{").replace("}}", "}").replace("{v}", value)
     start = text.index(value)
     assert caught(spans(text), start, start + len(value)) == "ok", (label, [(m.rule, m.value) for m in detect(text)])
@@ -408,11 +406,6 @@ MORE_PROVIDERS = [
 ]
 
 
-@pytest.mark.parametrize(("label", "value", "template"), MORE_PROVIDERS, ids=[p[0] for p in MORE_PROVIDERS])
-def test_more_formats_are_hidden_whole(label: str, value: str, template: str) -> None:
-    test_provider_formats_are_hidden_whole(label, value, template)
-
-
 def _certificate_body() -> list[str]:
     # a certificate: SEQUENCE { SEQUENCE tbsCertificate ... }, public, not a key
     body = base64.b64encode(b"\x30\x82\x03\x10\x30\x82\x02\xb8\xa0\x03\x02\x01\x02" + _RNG.randbytes(600)).decode()
@@ -426,11 +419,6 @@ NOT_SECRETS_NEAR_PROVIDERS = [
     "see docs.djangoproject.com/en/5.1/howto/deployment/checklist for Django settings",
     "the Slack bot uses os.path.join and config.api_v2 to build paths",
 ]
-
-
-@pytest.mark.parametrize("text", NOT_SECRETS_NEAR_PROVIDERS)
-def test_ids_paths_and_digests_beside_a_provider_are_left_alone(text: str) -> None:
-    assert detect(text) == [], [(m.rule, m.value) for m in detect(text)]
 
 
 @pytest.mark.parametrize("glued", ["=https://example.com/docs?page=2 ", "==", "\nthanks"])
@@ -477,11 +465,6 @@ PRINTABLE_SHAPES = [
 ]
 
 
-@pytest.mark.parametrize(("label", "template"), PRINTABLE_SHAPES, ids=[p[0] for p in PRINTABLE_SHAPES])
-def test_printable_secrets_under_a_secret_name_are_hidden_whole(label: str, template: str) -> None:
-    test_provider_formats_are_hidden_whole(label, _QUOTE_FREE, template)
-
-
 WORD_PASSWORDS = [
     ("quoted in code", "centipede", 'String dbPassword = "{v}";'),
     ("json", "open_sesame", '{{"password": "{v}", "enabled": true}}'),
@@ -495,11 +478,6 @@ WORD_PASSWORDS = [
     ("chinese 是", "goodspec", "Odbc 的 password 是 {v} 别弄丢了"),
     ("letters in no word's shape", "Zxcvbnm", "my Mongo api password is {v} - please keep it safe"),
 ]
-
-
-@pytest.mark.parametrize(("label", "value", "template"), WORD_PASSWORDS, ids=[p[0] for p in WORD_PASSWORDS])
-def test_word_passwords_under_a_password_name_are_hidden(label: str, value: str, template: str) -> None:
-    test_provider_formats_are_hidden_whole(label, value, template)
 
 
 ENV_VALUES = [
@@ -516,11 +494,6 @@ ENV_VALUES = [
     ("directoryentry over lines", "Rrhh1234", 'new DirectoryEntry("LDAP://corp",\n    "ADMIN@corp",\n    "{v}");'),
     ("bare generated password", "LK@au9j*xb*rDrV!k6ngDh7Kem90", "ok so {v} is what they gave me"),
 ]
-
-
-@pytest.mark.parametrize(("label", "value", "template"), ENV_VALUES, ids=[p[0] for p in ENV_VALUES])
-def test_settings_and_formats_of_the_second_measurement(label: str, value: str, template: str) -> None:
-    test_provider_formats_are_hidden_whole(label, value, template)
 
 
 NOT_PASSWORDS = [
@@ -542,11 +515,6 @@ NOT_PASSWORDS = [
     "the password: required",
     "我的密码是 password 别告诉别人",
 ]
-
-
-@pytest.mark.parametrize("text", NOT_PASSWORDS)
-def test_names_code_and_markup_are_not_passwords(text: str) -> None:
-    assert detect(text) == [], [(m.rule, m.value) for m in detect(text)]
 
 
 def test_the_corpus_never_places_a_secret_that_breaks_its_own_quoting() -> None:
@@ -645,11 +613,6 @@ THIRD_ROUND = [
 ]
 
 
-@pytest.mark.parametrize(("label", "value", "template"), THIRD_ROUND, ids=[p[0] for p in THIRD_ROUND])
-def test_shapes_of_the_third_measurement_are_hidden_whole(label: str, value: str, template: str) -> None:
-    test_provider_formats_are_hidden_whole(label, value, template)
-
-
 NOT_SECRETS_THIRD = [
     "export PATH=/usr/bin export PATH=/usr/bin = password: ",  # a setting before a cue: no value of its own
     'secret = "config_map[key"',  # a subscript cut at a quote
@@ -670,11 +633,6 @@ NOT_SECRETS_THIRD = [
     "token:\nread+write\nok",
     "password:，password: ok，password: ",  # Chinese punctuation and a word (found by hypothesis)
 ]
-
-
-@pytest.mark.parametrize("text", NOT_SECRETS_THIRD)
-def test_scopes_paths_and_markup_of_the_third_measurement_are_left_alone(text: str) -> None:
-    assert detect(text) == [], [(m.rule, m.value) for m in detect(text)]
 
 
 def test_a_full_stop_after_an_english_password_stays_text() -> None:
@@ -705,11 +663,6 @@ TRUFFLEHOG_ROUND = [
 ]
 
 
-@pytest.mark.parametrize(("label", "value", "template"), TRUFFLEHOG_ROUND, ids=[p[0] for p in TRUFFLEHOG_ROUND])
-def test_shapes_of_the_trufflehog_measurement_are_hidden_whole(label: str, value: str, template: str) -> None:
-    test_provider_formats_are_hidden_whole(label, value, template)
-
-
 NOT_SECRETS_TRUFFLEHOG = [
     "<secret>see the vault entry for this one</secret>",
     "<password>{{ vault_password }}</password>",
@@ -721,6 +674,36 @@ NOT_SECRETS_TRUFFLEHOG = [
 ]
 
 
-@pytest.mark.parametrize("text", NOT_SECRETS_TRUFFLEHOG)
-def test_markup_and_slugs_of_the_trufflehog_measurement_are_left_alone(text: str) -> None:
-    test_assignment_shapes_leave_code_alone(text)
+# ---------------------------------------------------------------------------------------------
+# Every round's cases through the same two checks: each secret covered whole by one span and gone from the
+# redacted text; each text that holds none left without a finding.
+
+HIDDEN_WHOLE = {
+    "provider": PROVIDERS,
+    "more formats": MORE_PROVIDERS,
+    "printable under a secret name": [(label, _QUOTE_FREE, template) for label, template in PRINTABLE_SHAPES],
+    "word password under a password name": WORD_PASSWORDS,
+    "second measurement": ENV_VALUES,
+    "third measurement": THIRD_ROUND,
+    "trufflehog measurement": TRUFFLEHOG_ROUND,
+}
+LEFT_ALONE = {
+    "code": CODE_NOT_SECRETS,
+    "beside a provider": NOT_SECRETS_NEAR_PROVIDERS,
+    "not a password": NOT_PASSWORDS,
+    "third measurement": NOT_SECRETS_THIRD,
+    "trufflehog measurement": NOT_SECRETS_TRUFFLEHOG,
+}
+
+
+@pytest.mark.parametrize(("label", "value", "template"),
+                         [case for cases in HIDDEN_WHOLE.values() for case in cases],
+                         ids=[f"{name}: {case[0]}" for name, cases in HIDDEN_WHOLE.items() for case in cases])
+def test_secrets_of_every_round_are_hidden_whole(label: str, value: str, template: str) -> None:
+    assert_hidden_whole(label, value, template)
+
+
+@pytest.mark.parametrize("text", [text for texts in LEFT_ALONE.values() for text in texts],
+                         ids=[f"{name} {i}" for name, texts in LEFT_ALONE.items() for i in range(len(texts))])
+def test_texts_of_every_round_without_a_secret_are_left_alone(text: str) -> None:
+    assert_left_alone(text)

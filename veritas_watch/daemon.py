@@ -92,8 +92,7 @@ class Runtime:
 
     async def close(self) -> None:
         """Close what `open_runtime` opened: readers first, then the store (in its thread), then the rest."""
-        self.sink.stopping = True
-        await self.sink.close_readers()
+        await self.sink.close_readers()  # the sink is stopping from here on
         await self.sink.in_store_thread(self.sink.store.close)
         self.sink.close()
         self.tailer.close()

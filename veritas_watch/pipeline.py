@@ -554,17 +554,19 @@ class Sink:
             log.warning("memory_over_budget", budget_mb=budget, rss_mb=round(before.resident),
                         after_release_mb=None, file_backed_mb=round(before.file_backed))
 
-    def _release_memory(self) -> None:
-        self.store.release_memory()
+    def _drop_model_pages(self) -> None:
         if self._model_dir is not None:
             drop_mapped_pages(self._model_dir)  # read-only mappings: the pages come back from the page cache
+
+    def _release_memory(self) -> None:
+        self.store.release_memory()
+        self._drop_model_pages()
 
     def _optimize(self) -> bool:
         """An optimization maps the segment it reads and the one it writes for seconds with the GIL held, when
         no release can run: the models' pages are dropped first (the store drops its own and the freed heap),
         so that it starts from the lowest footprint a release gives, which is what bounds the backfill's peak."""
-        if self._model_dir is not None:
-            drop_mapped_pages(self._model_dir)
+        self._drop_model_pages()
         return self.store.optimize()
 
     def _not_yet_stored(self, chunks: list[Chunk]) -> list[Chunk]:
