@@ -38,6 +38,7 @@ sys.path.insert(0, str(REPO))
 
 from tests.secret_corpus import generate_corpus  # noqa: E402
 from tests.secret_corpus_public import (  # noqa: E402
+    CORPORA,
     Recall,
     build_corpus,
     caught,
@@ -217,7 +218,7 @@ def main() -> None:
     chat = locomo_turns()
     transcripts = transcript_messages()
     corpus = [m.text for m in generate_corpus()]
-    public = {name: build_corpus(name) for name in ("gitleaks", "noseyparker", "trufflehog")}
+    public = {name: build_corpus(name) for name in CORPORA}
     print(f"rules: {len(redact.RULES)}; one core; best of {args.repeat} passes")
     if not args.recall_only:
         rows: list[tuple[str, int, float, float]] = []
@@ -249,6 +250,7 @@ def main() -> None:
     print_recall("Nosey Parker rule samples (second set, not blind)", measure(public["noseyparker"], spans),
                  args.misses)
     print_recall("TruffleHog detector tests (third set)", measure(public["trufflehog"], spans), args.misses)
+    print_recall("Kingfisher rule examples (fourth set)", measure(public["kingfisher"], spans), args.misses)
     shared = SHARED.parent
     if (shared / "fixtures").exists():
         chat_fp = locomo_fp_messages(shared)

@@ -1,4 +1,4 @@
-"""Rebuild the public-rule sample files under tests/data/ from three secret scanners' published rules.
+"""Rebuild the public-rule sample files under tests/data/ from four secret scanners' published rules.
 
 The recall corpora of tests/secret_corpus_public.py are built from secrets nobody here wrote:
 
@@ -31,12 +31,21 @@ The recall corpora of tests/secret_corpus_public.py are built from secrets nobod
   * test filler (one character repeated twelve times, `API-AAAA...`, `shippo_live_1111...`, or a counted
     run, `1234567890abcdef...`) is kept as a documented example, not a secret.
 
+- fourth set: Kingfisher (`data/rules/*.yml`, Nosey Parker's format): read as Nosey Parker's is, measured
+  blind first (README). Rules that find only what accompanies a credential (`visible: false`, names ending
+  in ID, Domain, Host, Username, an instance URL) and password hashes are skipped.
+
+Every set: a URL with a password in its userinfo gives the password; a sample that is a published example
+(the detector's `is_documented_example`) is `documented_example`, test filler (`abc123def456...`,
+`1234567890`, a unit said three times) is `filler`, and neither is counted by the recall measurement.
+
 Only data is written (rule id, the identifier a user would name the secret with, the secret, and
 for the scanners' own examples the text around it); no scanner code is copied. Run it again with
 checkouts of the repositories to regenerate:
 
   .venv/bin/python bench/rule_samples.py --gitleaks ../gitleaks --noseyparker ../noseyparker
   .venv/bin/python bench/rule_samples.py --trufflehog ../trufflehog
+  .venv/bin/python bench/rule_samples.py --kingfisher ../kingfisher
 """
 
 from __future__ import annotations
@@ -57,6 +66,9 @@ from typing import Any
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from veritas_watch.transforms.redact.base import is_documented_example  # noqa: E402
+
 OUT = REPO / "tests" / "data"
 PRINTABLE = [chr(i) for i in range(33, 127)]
 PER_RULE = 8  # generated values per rule
@@ -210,8 +222,9 @@ def _clean(secret: str) -> str:
         secret = secret[1:-1].strip()
     if re.match(r"[\w.-]+:[ \t]+\S", secret):
         secret = secret.split(":", 1)[1].strip().strip("\"'")
-    # a boundary character some rules capture with the token (`(?:[^a-zA-Z0-9+/]|\z)`)
-    return secret.rstrip("\"'`()[]{},;<>|")
+    # a boundary character some rules capture with the token (`(?:[^a-zA-Z0-9+/]|\z)`), or the separator
+    # ahead of it (`[=:-]?` inside the group: `=1a2b...`)
+    return secret.rstrip("\"'`()[]{},;<>|\\").lstrip("=:")
 
 
 _LINE_DEBRIS_RE = re.compile(r"^(?:\s|[+\"'`]|\\[rn])+|(?:\s|[+\"'`]|\\[rn])+$")
@@ -237,12 +250,44 @@ def final_secret(sample: dict[str, Any]) -> dict[str, Any] | None:
     conn = _CONNECTION_PASSWORD_RE.search(secret) if secret.count(";") >= 2 and "=" in secret else None
     if conn:
         secret = conn.group(1).strip()
+    if secret[-1] in "\"'" and secret[0] != secret[-1]:
+        secret = secret[:-1]  # the closing quote of the string a rule read the key from (`Key=...w="`)
     return {**sample, "secret": secret}
 
 
-def placeholder(secret: str) -> bool:
-    """A documented example or filler rather than a key: `AKIAIOSFODNN7EXAMPLE`, `ghu_xxxx...`, `QQQQ...`."""
-    return bool(re.search(r"EXAMPLE|RANDOMSTRING|STRINGHERE|[xX]{6}|\*{4}|([^A\s0-9])\1{7}", secret))
+def placeholder(secret: str) -> str | None:
+    """What a sample is when it is no key: `documented_example` for the examples published for copying,
+    which the detector must leave visible (`AKIAIOSFODNN7EXAMPLE`, `ghu_xxxx...`, `QQQQ...`); `filler` for
+    test filler (`abc123def456...`, `1234567890`, a dictionary word under a password rule), which is neither
+    a hit nor a miss of the recall measurement (hiding it or not is the detector's choice)."""
+    if is_documented_example(secret):
+        return "documented_example"
+    if (
+        _PLACEHOLDER_RE.search(secret)
+        or _PLACEHOLDER_WORD_RE.fullmatch(secret)
+        or any(set(m.group(1)) - _ZERO_BYTES for m in _REPEATED_UNIT_RE.finditer(secret))
+        or (len(secret) >= 20 and len(set(secret)) <= 8)  # `6Lcr--w-BBBBBw-w-w----w-w-www-...`
+    ):
+        return "filler"
+    return None
+
+
+# Filler: the words, `x`/`*` runs and repeated characters docs use, an alphabet or a count written out
+# (`abcdefghij`, `1234567890`), runs of two characters (`aaaabbbb`), the UUID of RFC 4122's example and
+# md5("hello"). Runs of `A` are left out: base64 of zero bytes, which real formats hold (Dropbox's
+# `AAAAAAAAAA`, Twitter's bearer tokens, OpenSSH key bodies).
+_PLACEHOLDER_RE = re.compile(
+    r"GOES_HERE|YOUR_|(?i:abcdefghij|bcdefghijk)|"
+    r"1234567890|0123456789|zyxwvutsrq|ZYXWVUTSRQ|(?i:abcd1234|abc123|1a2b3c4d)|([^A])\1{3}(?!\1)([^A])\2{3}|"
+    r"123e4567-e89b-12d3-a456-42661417400|5d41402abc4b2a76b9719d911017c592"
+)
+# A short unit said three times or more (`abcdef12abcdef12abcdef12`, `GFPYYSJZGFPYYSJZ...`), unless it is
+# made of what base64 writes for zero bytes or ASCII zeros (`AAA`, `MDAw`)
+_REPEATED_UNIT_RE = re.compile(r"(.{3,10}?)\1{2,}")
+_ZERO_BYTES = frozenset("AMDwg=")
+_PLACEHOLDER_WORD_RE = re.compile(
+    r"(?i)password|passwd|secret|changeme|mypass(?:word)?|hunter2|letmein|contoso|some_password|\w+_password"
+)
 
 
 _NOT_SECRET_LABEL_RE = re.compile(r"(?i)\b(?:user(?:name)?|host(?:name)?|path|api key|client id|id)\b")
@@ -482,17 +527,51 @@ def gitleaks_samples(root: Path, rng: random.Random) -> list[dict[str, Any]]:
 
 def noseyparker_samples(root: Path, rng: random.Random) -> list[dict[str, Any]]:
     rules_dir = root / "crates" / "noseyparker" / "data" / "default" / "builtin" / "rules"
+    return yaml_rule_samples(sorted(rules_dir.glob("*.yml")), "noseyparker", rng, _NP_EXAMPLES_ONLY)
+
+
+def kingfisher_samples(root: Path, rng: random.Random) -> list[dict[str, Any]]:
+    """Kingfisher (`data/rules/*.yml`) writes its rules in Nosey Parker's format, with its own examples."""
+    return yaml_rule_samples(sorted((root / "data" / "rules").glob("*.yml")), "kingfisher", rng, _KF_EXAMPLES_ONLY)
+
+
+# Kingfisher's rules whose regex admits far more than the format: PEM bodies of any characters, a service
+# account's JSON document.
+_KF_EXAMPLES_ONLY = frozenset({"kingfisher.pem.1", "kingfisher.pem.2", "kingfisher.privkey.1", "kingfisher.privkey.2",
+                               "kingfisher.gcp.1", "kingfisher.gcp.3"})
+
+
+# Rules that find what accompanies a credential (an account, client or key id, a host, a domain, a user
+# name, an instance URL), a password hash, or a bare dictionary word: not credentials themselves.
+_NOT_A_CREDENTIAL_RULE_RE = re.compile(
+    r"(?i)\b(?:id|domain|host|username|org name|account name)$|\b(?:instance|search|jfrog) url$|"
+    r"password hash|weak password"
+)
+_URL_USERINFO_RE = re.compile(r"^[a-z][\w+.-]*://[^/\s:@]*:(\S+)@[^@\s/]+(?:[/?#]\S*)?$", re.I)
+
+
+def _url_password(found: str) -> str | None:
+    """A URL with a password in its userinfo: the password is the credential (it may hold `@`: the host
+    follows the last one), not the user, host and path around it."""
+    m = _URL_USERINFO_RE.match(found.strip().strip("\"'`"))
+    return m.group(1) if m else None
+
+
+def yaml_rule_samples(paths: list[Path], source: str, rng: random.Random,
+                      examples_only: frozenset[str]) -> list[dict[str, Any]]:
+    """The secrets of every rule's `examples` (found with the rule's own pattern) and values generated from it."""
     out: list[dict[str, Any]] = []
-    for path in sorted(rules_dir.glob("*.yml")):
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    for path in paths:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         for rule in doc.get("rules", []):
             cats = set(rule.get("categories") or [])
-            if "identifier" in cats or "hashed" in cats or "public" in rule["name"].lower():
-                continue  # account ids, bucket names, public keys, password hashes: not credentials
+            if "identifier" in cats or "hashed" in cats or "public" in rule["name"].lower() \
+                    or rule.get("visible") is False or _NOT_A_CREDENTIAL_RULE_RE.search(rule["name"]):
+                continue
             rid = f"{path.stem}:{rule['name']}"
             pattern = rule["pattern"]
             ident = re.sub(r"[^a-z0-9]", "", path.stem.lower().split(".")[0]) or "service"
-            base = {"source": "noseyparker", "rule": rid, "family": _family(path.stem + " " + rule["name"]),
+            base = {"source": source, "rule": rid, "family": _family(path.stem + " " + rule["name"]),
                     "ident": ident}
             py, flags = to_python(pattern)
             try:
@@ -507,15 +586,23 @@ def noseyparker_samples(root: Path, rng: random.Random) -> list[dict[str, Any]]:
                 m = compiled.search(example)
                 if not m:
                     continue
-                secret = secret_of(m, group, last=True).strip()
+                secret = _url_password(m.group(0)) or secret_of(m, group, last=True).strip()
                 if re.fullmatch(r"\$\{?\w+\}?|%\w+%", secret):
                     continue  # `-Password $password`: a variable, the example holds no secret
                 if len(secret) >= 6 and secret not in seen:
                     seen.add(secret)
                     out.append({**base, "secret": secret, "origin": "example", "example": example})
-            generated = generate(pattern, group, rng, PER_RULE, last=True)
-            for secret in [] if rule.get("id") in _NP_EXAMPLES_ONLY else generated:
-                if secret not in seen:
+            try:
+                generated = [] if rule.get("id") in examples_only else generate(pattern, group, rng, PER_RULE,
+                                                                                last=True)
+            except (re.error, ValueError, RecursionError) as exc:
+                print(f"  no generated values for {rid}: {exc}", file=sys.stderr)
+                generated = []
+            # a character the rule's regex admits but none of its examples uses (a `\\` inside a base64
+            # class) is a slip of the regex, not of the format
+            backslash = any("\\" in e for e in seen)
+            for secret in (_url_password(g) or g for g in generated):
+                if secret not in seen and (backslash or "\\" not in secret):
                     seen.add(secret)
                     out.append({**base, "secret": secret, "origin": "generated"})
             for example in rule.get("negative_examples", []) or []:
@@ -882,6 +969,7 @@ def main() -> None:
     parser.add_argument("--gitleaks", type=Path, help="a gitleaks checkout")
     parser.add_argument("--noseyparker", type=Path, help="a noseyparker checkout")
     parser.add_argument("--trufflehog", type=Path, help="a trufflehog checkout")
+    parser.add_argument("--kingfisher", type=Path, help="a kingfisher checkout")
     parser.add_argument("--seed", type=int, default=20261201)
     parser.add_argument("--out", type=Path, default=OUT,
                         help="where to write (another seed into another directory: a reseeded check set)")
@@ -892,7 +980,8 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     for name, root, fn in (("gitleaks", args.gitleaks, gitleaks_samples),
                            ("noseyparker", args.noseyparker, noseyparker_samples),
-                           ("trufflehog", args.trufflehog, trufflehog_samples)):
+                           ("trufflehog", args.trufflehog, trufflehog_samples),
+                           ("kingfisher", args.kingfisher, kingfisher_samples)):
         if args.reclean:
             samples = json.loads(gzip.decompress((out / f"public_rules_{name}.json.gz").read_bytes()))
         elif root is None:
@@ -902,8 +991,9 @@ def main() -> None:
         finals = (final_secret(sample) for sample in samples)
         samples = [sample for sample in finals if sample is not None]
         for sample in samples:
-            if sample["secret"] and placeholder(sample["secret"]):
-                sample["origin"] = "documented_example"
+            kind = placeholder(sample["secret"]) if sample["secret"] else None
+            if kind:
+                sample["origin"] = kind
         # Compressed: the samples are key-shaped, and a plain file of them trips every secret scanner that
         # reads the repository (push protection included). mtime=0: the same samples give the same bytes.
         target = out / f"public_rules_{name}.json.gz"

@@ -64,7 +64,8 @@ def report(name: str, result: Recall) -> None:
 
 
 def test_the_corpora_cover_the_scanners_rule_sets() -> None:
-    for name, rules, secrets in (("gitleaks", 210, 1800), ("noseyparker", 140, 1400), ("trufflehog", 800, 1000)):
+    for name, rules, secrets in (("gitleaks", 210, 1800), ("noseyparker", 140, 1400), ("trufflehog", 800, 1000),
+                                 ("kingfisher", 450, 2200)):
         samples = positives(name)
         assert len({s.rule for s in samples}) >= rules, name
         assert len(samples) >= secrets, name
@@ -112,6 +113,20 @@ def test_recall_on_the_third_corpus_trufflehog() -> None:
         assert tally.recall >= floors[shape], shape
     partial = [p for p, how in result.misses if how == "partial"]
     assert len(partial) <= 0.004 * result.overall.total  # printable 90-character values cut at a quote
+
+
+def test_recall_on_the_fourth_corpus_kingfisher() -> None:
+    """Kingfisher's rule examples (blind 90.83% with the first builder, 96.06% once the builder knew its
+    placeholders and identifiers, before any detector change; README): a regression floor."""
+    result = recall("kingfisher")
+    report("kingfisher", result)
+    assert result.overall.total >= 10000
+    assert result.overall.recall >= 0.972
+    floors = {"en": 0.94, "example": 0.895, "json": 0.978, "code": 0.98, "env": 0.985, "shell": 0.985, "zh": 0.98}
+    for shape, tally in result.by_shape.items():
+        assert tally.recall >= floors[shape], shape
+    partial = [p for p, how in result.misses if how == "partial"]
+    assert len(partial) <= 0.003 * result.overall.total
 
 
 def test_the_trufflehog_builder_keeps_the_credential_of_a_combined_result() -> None:
@@ -675,6 +690,54 @@ NOT_SECRETS_TRUFFLEHOG = [
 
 
 # ---------------------------------------------------------------------------------------------
+# Shapes added after the Kingfisher measurement (its misses read; general formats, no sample string): a
+# generated secret opening with a sigil (`@`, `%`, `$`) that is no variable, a word password alone on the
+# line after its cue, Tailscale, Zoho and PubNub formats, a random key right after `key`/`token`, a key
+# beside any provider the public scanners know, base64 opening with `+` or `/`.
+
+KINGFISHER_ROUND = [
+    ("password opening with @ under a secret name", "@qyR6j6$Ul#!AT%_T6ZzK$AI5IY6YT8g#LI*8t8TH3%bYzD",
+     'DJANGO_SECRET = "{v}"'),
+    ("password opening with @ in json", "@D9#yM9+U*Ed08V=r4", '{{"password": "{v}"}}'),
+    ("password opening with % under an env name", "%Ts/cRZB+ZfwKgZoK", 'export ACME_PASSWORD="{v}"'),
+    ("word password alone on the line after its cue", "braksha", "Psexec password:\n{v}\nthat's all"),
+    ("tailscale api key", "tskey-api-" + _rand(12) + "-" + _rand(30), "TS key {v}"),
+    ("tailscale auth key in prose", "tskey-auth-" + _rand(12) + "-" + _rand(30), "join with {v} on the box"),
+    ("zoho oauth token", "1000." + _rand(32, "0123456789abcdef") + "." + _rand(32, "0123456789abcdef"),
+     "Quick one: the bot needs {v} to talk to it."),
+    ("pubnub publish key", "pub-c-" + "-".join(_rand(n, "0123456789abcdef") for n in (8, 4, 4, 4, 12)),
+     "publish with {v}"),
+    ("pubnub secret key", "sec-c-" + _rand(48), "PubNub secret {v}"),
+    ("hex key right after 'API key'", "9c" + _rand(30, "0123456789abcdef"), "use API key {v} for the weather"),
+    ("mixed key right after 'token'", "8c1eAb92Kd83" + _rand(12), "token {v} works"),
+    ("key beside a provider only scanners know", "8Hq2" + _rand(28), "the bot needs {v} to talk to Weatherbit."),
+    ("hex key beside a provider only scanners know", "4d" + _rand(30, "0123456789abcdef"),
+     "ok so {v} is what Newsapi gave me"),
+    ("aws secret opening with +", "+g5CfcYe0lF=AJKU/SR=MWfiR86bVsTn+ZSBbMB4", "the bot needs {v} to talk to AWS."),
+    ("base64 key opening with /", "/VlVBn/UeBWiOdesQOUvB/J3pAO6+u1SW4cyD12Yg2o1frN9Pfo=i3Kj",
+     "Quick one: the bot needs {v} to talk to Bombbomb."),
+]
+
+NOT_SECRETS_KINGFISHER = [
+    'password = "@Value"',
+    "token: @user",
+    'SECRET_KEY = "$this->secretKey"',
+    '"api_key": "@babel/core"',
+    "password: %DB_PASSWORD%",
+    'password=@Secret("x")',
+    "Password:\nrequired\n",
+    "Reset password:\nhttps://example.com/reset",
+    "sha256 key 3f9a2b7c8d1e4f5a6b7c8d9e0f1a2b3c3f9a2b7c8d1e4f5a6b7c8d9e0f1a2b3c",
+    "the commit key 4b825dc642cb6eb9a060e54bf8d69288fbee4904",
+    "press key F12 to open the tools",
+    "tskey-secret-12345678-abcd is the docs' example",
+    "we use a debounce of 300ms on the search box",
+    "see /usr/local/share/applications/org.example.App.desktop",
+    "run ./configure --prefix=/opt/local then make",
+]
+
+
+# ---------------------------------------------------------------------------------------------
 # Every round's cases through the same two checks: each secret covered whole by one span and gone from the
 # redacted text; each text that holds none left without a finding.
 
@@ -686,6 +749,7 @@ HIDDEN_WHOLE = {
     "second measurement": ENV_VALUES,
     "third measurement": THIRD_ROUND,
     "trufflehog measurement": TRUFFLEHOG_ROUND,
+    "kingfisher measurement": KINGFISHER_ROUND,
 }
 LEFT_ALONE = {
     "code": CODE_NOT_SECRETS,
@@ -693,6 +757,7 @@ LEFT_ALONE = {
     "not a password": NOT_PASSWORDS,
     "third measurement": NOT_SECRETS_THIRD,
     "trufflehog measurement": NOT_SECRETS_TRUFFLEHOG,
+    "kingfisher measurement": NOT_SECRETS_KINGFISHER,
 }
 
 

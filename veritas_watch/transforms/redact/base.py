@@ -137,8 +137,11 @@ _IDENT_PATH_RE = re.compile(r"[A-Za-z_$][\w$]*(?:(?:\.|::|->|\?\.)[A-Za-z_$][\w$
 _CALL_RE = re.compile(r"[A-Za-z_$][\w$.]*\(")
 _REFERENCE_RE = re.compile(
     r"\$\{|\$\(|\{\{|\}\}|%\(|%[sd]\b|^\$[A-Za-z_]\w*$|^<[^>]*>?$|^\[[^\]]*\]?$|^\{[^}]*\}?$|"
-    r"^%[A-Za-z_]\w*%$|^@[A-Za-z_]|^process\.env|^os\.environ|^env\(|^getenv"
+    r"^%[A-Za-z_]\w*%$|^@[A-Za-z_][\w.]*(?:$|[\[({:/%}\-\\>,;\s\"'])|^process\.env|^os\.environ|^env\(|^getenv"
 )
+# `$password`, `@Value("…")`, `%APPDATA%`, `$this->pw`, `@scope/pkg`: a name after a sigil, then nothing or
+# code. A generated password may start with the same sigil (`@qyR6j6$Ul#!AT%_T6…`, `@D9#yM9+U*…`).
+_VARIABLE_RE = re.compile(r"[$@%]\{?[A-Za-z_][\w.]*(?:$|[\[({:/%}\-\\>,;\s\"'])")
 _DATE_RE = re.compile(r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}[:\-]\d{2}(?:[:\-]\d{2})?(?:[.,]\d+)?Z?)?")
 _UUID_RE = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 _VERSION_RE = re.compile(r"v?\d+(?:\.\d+){1,3}(?:[-+][\w.]+)?")
@@ -239,7 +242,7 @@ def _symbol_password(value: str) -> bool:
         and not _fake_compound(re.sub(r"[!#$%^&*@+=~`]", "-", value))
         and not _backtick_markup(value)
         and not _REFERENCE_RE.search(value)
-        and not value.startswith(("$", "@", "%"))  # a variable
+        and not _VARIABLE_RE.match(value)
         and not _name_and_separator(value)
         and not _word_setting(value)
     )
@@ -310,7 +313,7 @@ def _random_printable(value: str, *, min_classes: int = 3) -> bool:
         return False  # `|Screenshot-Jupyter1|`, `*Bold2*`: markup around a word
     if _PATH_RE.fullmatch(value) or _IDENT_PATH_RE.fullmatch(value) or _is_placeholder(value):
         return False
-    if "..." in value or "…" in value or value.startswith(("$", "@", "%")):
+    if "..." in value or "…" in value or _VARIABLE_RE.match(value):
         return False
     if _fake_compound(re.sub(r"[^A-Za-z0-9]+", "-", value)):
         return False

@@ -381,7 +381,9 @@ def _extract_password_cue(rule: Rule, m: re.Match[str], text: str) -> _Hit | Non
             _plausible(value, "password", quoted=quoted)
             or _symbol_password(value)
             or _random_printable(value)
-            or (_cjk_set_off(m, text, stop) and _chosen_word_password(value))
+            # a word is a password where the layout sets it off: in Chinese, or alone on the next line
+            or ((_cjk_set_off(m, text, stop) or _alone_on_next_line(m, text, start, stop))
+                and _chosen_word_password(value))
         )
 
     raw_end = m.end("value")

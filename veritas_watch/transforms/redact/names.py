@@ -156,6 +156,77 @@ _SERVICES.update(
         """.split()  # noqa: SIM905 - a word list reads better as text
     }
 )
+# The providers the public scanners have detectors for (gitleaks', Nosey Parker's and TruffleHog's rule
+# names, compounds such as `airtablepersonalaccesstoken` cut to the provider): a random key in the same line
+# as one of these names is taken for its key. English words among them count only when capitalised
+# (`_WORD_SERVICES`).
+_SCANNER_PROVIDERS = """
+    abuseipdb abyssale accuweather adafruitio adobeio adzuna aeroworkflow agora airbrake airship airvisual
+    aiven alconost alegra aletheiaapi alienvault allsports amadeus amazonbedrock ambee anypoint apacta
+    api2cart apideck apiflash apifonica apify apilayer apimatic apimetrics apitemplate apollo appcues
+    appfollow appointedd appsynergy apptivo artsy assemblyai atera audd autodesk autoklose autopilot avaza
+    aviationstack axonaut aylien ayrshare azureapp bannerbear baremetrics beebole besnappy besttime
+    betterstack billomat bitbar bitbucketapp bitcoinaverage bitmex blazemeter blitapp blocknative blogger
+    bombbomb boostnote borgbase braintreepayments braintrust brandfetch browserstack browshot bscscan
+    buddyns budibase bugherd buildkite bulbul buttercms caflou calendarific calendly calorieninja campayn
+    cannyio capsulecrm captaindata carboninterface cashboard caspio censys centralstationcrm cexio
+    chartmogul chatfule checio checklyhq cicero circleci clarifai clearbit clickup cliengo clientary
+    clinchpad clockify clockwork closecrm cloudconvert cloudelements cloudflareapi cloudflareca cloudimage
+    cloudmersive cloudplan cloudsmith cloverly cloze clustdoc coda codacy codemagic codequiry coinapi
+    coinlayer coinlib collect2 column commercejs companyhub conversiontools convertapi convertkit convier
+    copper couchbase countrylayer courier coveralls craftmypdf crowdin cryptocompare currencycloud
+    currencyfreaks currencylayer currencyscoop currentsapi customerguru customerio d7network dailyco
+    dandelion dareboost databox debounce deepai deepgram delighted demio deputy detectify detectlanguage
+    dfuse diffbot diggernaut disqus ditto dnscheck docparser documo docusign dotdigital dronahq duply
+    dynalist dyspatch eagleeyenetworks easyinsight ecostruxureit edamam edenai eightxeight elasticemail
+    enablex endorlabs enigma envoy eraser ethplorer eventbrite everhour exchangerateapi exchangeratesapi
+    exportsdk extractorapi faceplusplus fastforex feedier fetchrss fibery fileio finage
+    financialmodelingprep findl fixerio flatio fleetbase flexport flightapi flightlabs flightstats flowflu
+    fmfw formbucket formcraft formio formsite foursquare freshdesk fulcrum fullstory fxmarket geckoboard
+    gengo geoapify geocodify geocodio geoipifi getemail getemails getgeoapi getgist getresponse getsandbox
+    githubapp glassnode gocanvas godaddy goodday graphcms graphhopper groovehq gtmetrix guardianapi gumroad
+    gyazo happyscribe harvest hellosign helpcrunch helpscout hereapi hiveage holidayapi holistic html2pdf
+    humanity hunter hybiscus hypertrack ibmcloud iconfinder iexapis iexcloud imagekit imagga impala
+    insightly instabot instamojo interseller intrinio invoiceocean ip2location ipapi ipgeolocation ipinfo
+    ipinfodb ipquality ipstack jotform jumpcloud jupiterone juro kanbantool karmacrm keenio kickbox
+    klipfolio knapsackpro kontent kylas langfuse languagelayer larksuite leadfeeder lemlist lemonsqueezy
+    lendflow lessannoyingcrm lexigram linearapi linemessaging linenotify linkpreview liveagent loadmill
+    locationiq loginradius logzio lokalise loyverse lunchmoney luno madkudu magicbell mailboxlayer
+    mailerlite mailjet mailmodo mailsac mandrill mapquest marketstack mavenlink meaningcloud mediastack
+    meistertask mesibo metaapi metabase metrilo microsoftteams mindmeister miro mite mixmax mockaroo monday
+    monkeylearn moonclerk moosend moralis myfreshworks myintervals nasdaqdatalink nethunt netsuite
+    neutrinoapi newrelicmobileapp newsapi newscatcher nftport ngrok nicereply nightfall nimble noticeable
+    nozbeteams numverify nutritionix nvapi nylas oanda octopusdeploy omnisend onepagecrm onesignal onfleet
+    oopspam opencagedata openuv openvpn openweather optimizely overloop owlbot packagecloud pagarme pandadoc
+    pandascore paperform paralleldots parsehub partnerstack pastebin paydirtapp paymoapp paymongo paystack
+    pdflayer pdfshift peopledatalabs pepipost percy pganalyze photoroom pinata pipedream pipedrive
+    pivotaltracker pixabay planviewleankit planyo podio pollsapi poloniex polygon portainer positionstack
+    postageapp posthog powrbot privacy prodpad prospectcrm protocolsio proxycrawl pubnub purestake
+    pushbullet pusherchannel qase qualaroo qubole railwayapp ramp raven rawg razorpay reachmail
+    reallysimplesystems rebrandly rechargepayments redhatpyxis refiner rentman repairshopr replyio
+    requestfinance restpackhtmltopdfapi restpackscreenshotapi revampcrm ringcentral ritekit robinhoodcrypto
+    rocketreach rootly route4me rownd runrunit saladcloud salesblink salescookie salesflare
+    salesforcerefresh salesmate satismeter scalr scrapeowl scraperapi scraperbox scrapestack scrapfly
+    scrapingant scrapingbee screenshotapi screenshotlayer scrutinizerci securitytrails selectpdf semaphore
+    sentryorg serphouse serpstack sheety sherpadesk shipday shodan shortcut shotstack shutterstock
+    signalwire signaturit signupgenius sigopt simfin simplesat simplynoted simvoly sinchmessage sirv
+    siteleaf skrappio skybiometry smartsheets smartystreets smooch snipcart solarwinds sourcegraphcody
+    sparkpost spectralops speechtextai spoonacular sportsmonk spotify squareapp sslmate statuscake
+    statuspage statuspal stitchdata stockdata storecove stormboard stormglass storyblok storychief strava
+    streak stripo stytch sugester supernotesapi surveyanyplace surveybot surveysparrow survicate swell
+    swiftype tableau tailscale tallyfy tatumio taxjar teamgate teamworkcrm teamworkdesk teamworkspaces
+    technicalanalysisapi tefter telegrambot teletype terraformcloud testingbot textmagic theoddsapi
+    thinkific thousandeyes ticketmaster tickettailor tiingo timecamp timezoneapi tines tmetric todoist
+    toggltrack tokeet tomorrowio tomtom tradier transferwise travelpayouts trufflehog twelvedata twist
+    twitterconsumer tyntec typetalk ubidots uclassify unifyid unplugg unsplash upcdatabase uplead uploadcare
+    uptimerobot upwave urlscan userflow userstack vagrantcloud vatlayer vbout verimail veriphone versioneye
+    viewneo virustotal visualcrossing voicegain vouchery vpnapi vyte walkscore weatherbit weatherstack webex
+    webexbot webflow webscraper webscraping websitepulse weightsandbiases wepay whoxy wistia worksnaps
+    workstack worldcoinindex worldweather wrike yelp youneedabudget yousign zendeskapi zenkitapi zenrows
+    zenscrape zenserp zeplin zerobounce zerotier zipapi zipcodeapi zipcodebase zohocrm zonkafeedback
+    zulipchat
+""".split()  # noqa: SIM905 - a word list reads better as text
+_SERVICES.update({name: name.capitalize() for name in _SCANNER_PROVIDERS if name not in _SERVICES})
 _NOT_SERVICES = frozenset(
     """
     the my our your his her their its a an this that these those here there is was new old my own
@@ -306,6 +377,13 @@ _WORD_SERVICES = frozenset(
     particle harness sauce octopus kraken lob sonar alchemy clerk pusher fauna amplitude prefect looker
     plaid beamer duffel blynk replicate
     """.split()  # noqa: SIM905 - a word list reads better as text
+) | frozenset(
+    """
+    agora airship apollo artsy autopilot blogger cicero cloze coda column copper courier dandelion debounce
+    delighted deputy ditto enigma envoy eraser fulcrum harvest humanity hunter impala kickbox mite monday
+    nightfall nimble noticeable overloop percy polygon privacy ramp raven refiner semaphore shortcut smooch
+    streak swell tableau teletype twist
+    """.split()  # noqa: SIM905
 )
 
 
@@ -313,29 +391,43 @@ def _ascii_alnum(ch: str) -> bool:
     return ch.isascii() and ch.isalnum()
 
 
+# Names are looked up by the runs of letters and digits around a key (a dict lookup per run: ~900 names),
+# names with a separator in them (`fly.io`, `ms teams`) by one regex, names in Chinese by search.
+_RUN_RE = re.compile(r"[a-z0-9]+")
+_RUN_NAMES = frozenset(w for w in _SERVICES if _RUN_RE.fullmatch(w))
+_JOINED_NAME_RE = re.compile(
+    "(?=(" + "|".join(re.escape(w) for w in sorted(_SERVICES, key=len, reverse=True)
+                      if w.isascii() and w not in _RUN_NAMES) + "))"
+)
+_CJK_NAMES = tuple(w for w in _SERVICES if not w.isascii())
+
+
 def _known_service_near(text: str, start: int, *, window: int = 80) -> str | None:
-    """A known provider named shortly before a shared-format key ('DeepSeek: sk-...')."""
+    """A known provider named shortly before a shared-format key ('DeepSeek: sk-...'): the last one."""
     lo = max(0, start - window)
     raw = text[lo:start]
     before = raw.lower()
     if not before or before.isspace():  # a key on its own (an id field): no name to look for
         return None
-    best: tuple[int, str] | None = None
-    for word, svc in _SERVICES.items():
+    found: list[tuple[int, int, str]] = []  # (position, length, name)
+    for m in _RUN_RE.finditer(before):
+        run = m.group()
+        name = run if run in _RUN_NAMES else run.rstrip("0123456789")  # `aws2`: a name and a number
+        if name in _RUN_NAMES:
+            found.append((m.start(), len(name), name))
+    for m in _JOINED_NAME_RE.finditer(before):
+        found.append((m.start(), len(m.group(1)), m.group(1)))
+    for word in _CJK_NAMES:  # CJK may touch the name ("Adobe后台给的是 ...")
         pos = before.rfind(word)
-        if pos < 0:
-            continue
-        # whole words only for ASCII names ("line" must not match "online"); CJK may touch the name
-        # ("Adobe后台给的是 ...")
-        if word.isascii():
+        if pos >= 0:
+            found.append((pos, len(word), word))
+    for pos, length, word in sorted(found, reverse=True):
+        if word.isascii():  # whole words only for ASCII names ("line" must not match "online")
             left = before[pos - 1] if pos > 0 else " "
-            right = before[pos + len(word)] if pos + len(word) < len(before) else " "
+            right = before[pos + length] if pos + length < len(before) else " "
             if _ascii_alnum(left) or (right.isascii() and right.isalpha()):
                 continue
             if word in _WORD_SERVICES and not raw[pos].isupper():
                 continue
-        if best is None or pos > best[0]:
-            best = (pos, svc)
-    return best[1] if best else None
-
-
+        return _SERVICES[word]
+    return None

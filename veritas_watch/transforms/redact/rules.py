@@ -856,6 +856,15 @@ _MORE_PROVIDER_RULES: tuple[Rule, ...] = (
         ("zxlk",),
         entropy=3.5,
     ),
+    # `tskey-<kind>-<key id>-<secret>`: api, auth, client, scim, webhook keys
+    _p("tailscale_key", "Tailscale", "TAILSCALE_API_KEY",
+       _L + r"tskey-[a-z]{3,10}-[A-Za-z0-9]{6,}-[A-Za-z0-9]{12,}" + _R, ("tskey-",)),
+    # Zoho's OAuth access and refresh tokens: `1000.<32 hex>.<32 hex>`
+    _p("zoho_oauth_token", "Zoho", "ZOHO_TOKEN", _L + r"1000\.[a-f0-9]{32}\.[a-f0-9]{32}" + _R, ("1000.",)),
+    # PubNub's publish and subscribe keys (a UUID after the kind) and its secret key
+    _p("pubnub_key", "PubNub", "PUBNUB_KEY",
+       _L + r"(?:pub|sub)-c-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}" + _R, ("pub-c-", "sub-c-")),
+    _p("pubnub_secret_key", "PubNub", "PUBNUB_SECRET_KEY", _L + r"sec-c-[A-Za-z0-9]{40,64}" + _R, ("sec-c-",)),
 )
 
 _CONTEXT_RULES: tuple[Rule, ...] = (
@@ -1121,7 +1130,8 @@ def _extract_label_line(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
 
 # A key pasted with no name or cue: long, random (mixed classes, high entropy, no word pieces).
 _BARE_TOKEN_RE = (
-    r"(?<![A-Za-z0-9_+/=\-.~\\$%@:])(?P<value>[A-Za-z0-9_\-][A-Za-z0-9_\-+/=.~:]{11,299})(?![A-Za-z0-9_+/=\-.~\\@:])"
+    # (base64 may start with `+` or `/`, base64url with `-`; a key generated from a loose class with `.` or `~`)
+    r"(?<![A-Za-z0-9_+/=\-.~\\$%@:])(?P<value>[A-Za-z0-9_\-+/.~][A-Za-z0-9_\-+/=.~:]{11,299})(?![A-Za-z0-9_+/=\-.~\\@:])"
 )
 
 
@@ -1156,7 +1166,8 @@ _ID_LABEL_RE = re.compile(
     r"channel|guild|thread|discussion|commit|device|node|container|image|object|file|item)[ _\-]?ids?\b"
     r"[\"']?[ \t]*[:=#]?[ \t]*[\"'`(]?$|(?:^|[^A-Za-z_\-])id[\"']?[ \t]*[:=][ \t]*[\"'`]?$"
 )
-_NAMED_KEY_RE = re.compile(r"[A-Za-z0-9_\-][A-Za-z0-9_\-+/=.]{11,199}|[a-f0-9]{8}:[a-f0-9]{8}")
+_SPACED_CUE_RE = re.compile(r"(?i)(?<![A-Za-z0-9_\-])(?:api[ _\-]?)?(?:key|token|secret)[ \t]+$")
+_NAMED_KEY_RE = re.compile(r"[A-Za-z0-9_\-+/.~][A-Za-z0-9_\-+/=.~]{11,199}|[a-f0-9]{8}:[a-f0-9]{8}")
 _ASSIGNED_PREFIX_RE = re.compile(r"(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?=[A-Za-z0-9])")
 # Services whose 40-hex strings are mostly commit ids, and words that say a hex string is a digest
 _CODE_HOSTS = frozenset({"GitHub", "GitLab", "Bitbucket", "Hugging Face"})
@@ -1281,7 +1292,14 @@ def _extract_bare_token(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
         return None
     named = _NAMED_KEY_RE.fullmatch(value) is not None and any(c.isdigit() for c in value)
     service = _service_on_line(text, start, end) if named else None
-    if service is not None:
+    # "API key 3f9a...", "token 8c1e...": the cue word right before it, only a space between, says as much
+    # (not beside a digest word: "sha256 key 3f9a..." is a hash)
+    cued = (
+        named
+        and _SPACED_CUE_RE.search(text, max(0, start - 24), start) is not None
+        and _DIGEST_WORDS_RE.search(text, max(0, start - 100), min(len(text), end + 100)) is None
+    )
+    if service is not None or cued:
         # "the bot needs 7efba1e5...9cd to talk to Adobe": a provider named beside it
         hexish = all(c in "0123456789abcdef-:" for c in value.lower())
         uuid = _UUID_RE.fullmatch(value) is not None
