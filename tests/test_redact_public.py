@@ -107,8 +107,8 @@ def test_recall_on_the_third_corpus_trufflehog() -> None:
     report("trufflehog", result)
     assert result.overall.total >= 5400
     assert len({s.rule.split(":")[0] for s in positives("trufflehog")}) >= 800
-    assert result.overall.recall >= 0.962
-    floors = {"en": 0.90, "example": 0.925, "json": 0.965, "code": 0.98, "env": 0.98, "shell": 0.99, "zh": 0.985}
+    assert result.overall.recall >= 0.975
+    floors = {"en": 0.95, "example": 0.95, "json": 0.965, "code": 0.98, "env": 0.98, "shell": 0.99, "zh": 0.985}
     for shape, tally in result.by_shape.items():
         assert tally.recall >= floors[shape], shape
     partial = [p for p, how in result.misses if how == "partial"]
@@ -713,6 +713,8 @@ KINGFISHER_ROUND = [
     ("key beside a provider only scanners know", "8Hq2" + _rand(28), "the bot needs {v} to talk to Weatherbit."),
     ("hex key beside a provider only scanners know", "4d" + _rand(30, "0123456789abcdef"),
      "ok so {v} is what Newsapi gave me"),
+    ("key beside a provider named with its key word", "c2" + _rand(30, "0123456789abcdef"),
+     "ok so {v} is what HubspotApiKey gave me"),
     ("aws secret opening with +", "+g5CfcYe0lF=AJKU/SR=MWfiR86bVsTn+ZSBbMB4", "the bot needs {v} to talk to AWS."),
     ("base64 key opening with /", "/VlVBn/UeBWiOdesQOUvB/J3pAO6+u1SW4cyD12Yg2o1frN9Pfo=i3Kj",
      "Quick one: the bot needs {v} to talk to Bombbomb."),

@@ -402,6 +402,22 @@ _JOINED_NAME_RE = re.compile(
 _CJK_NAMES = tuple(w for w in _SERVICES if not w.isascii())
 
 
+# What follows a provider's name in one word: `HubspotApiKey`, `snykkey`, `SentryToken`, `aws2`.
+_NAME_TAIL_RE = re.compile(r"(?:api|key|keys|token|tokens|secret|oauth2?|personal|access|pat|v?\d+)$")
+
+
+def _run_name(run: str) -> str | None:
+    """The provider a run of letters and digits names, alone or with a key word or a number after it."""
+    for _ in range(4):
+        if run in _RUN_NAMES:
+            return run
+        shorter = _NAME_TAIL_RE.sub("", run)
+        if shorter == run or len(shorter) < 2:
+            return None
+        run = shorter
+    return None
+
+
 def _known_service_near(text: str, start: int, *, window: int = 80) -> str | None:
     """A known provider named shortly before a shared-format key ('DeepSeek: sk-...'): the last one."""
     lo = max(0, start - window)
@@ -409,12 +425,11 @@ def _known_service_near(text: str, start: int, *, window: int = 80) -> str | Non
     before = raw.lower()
     if not before or before.isspace():  # a key on its own (an id field): no name to look for
         return None
-    found: list[tuple[int, int, str]] = []  # (position, length, name)
+    found: list[tuple[int, int, str]] = []  # (position, length of the word, name)
     for m in _RUN_RE.finditer(before):
-        run = m.group()
-        name = run if run in _RUN_NAMES else run.rstrip("0123456789")  # `aws2`: a name and a number
-        if name in _RUN_NAMES:
-            found.append((m.start(), len(name), name))
+        name = _run_name(m.group())
+        if name is not None:
+            found.append((m.start(), len(m.group()), name))  # the whole run is the word
     for m in _JOINED_NAME_RE.finditer(before):
         found.append((m.start(), len(m.group(1)), m.group(1)))
     for word in _CJK_NAMES:  # CJK may touch the name ("Adobe后台给的是 ...")
