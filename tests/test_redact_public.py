@@ -732,6 +732,8 @@ NOT_SECRETS_KINGFISHER = [
     "sha256 key 3f9a2b7c8d1e4f5a6b7c8d9e0f1a2b3c3f9a2b7c8d1e4f5a6b7c8d9e0f1a2b3c",
     "the commit key 4b825dc642cb6eb9a060e54bf8d69288fbee4904",
     "press key F12 to open the tools",
+    "the primary key 550e8400-e29b-41d4-a716-446655440000 is set",
+    "their public key 3f9a2b7c8d1e4f5a6b7c8d9e0f1a2b3c is on the site",
     "tskey-secret-12345678-abcd is the docs' example",
     "we use a debounce of 300ms on the search box",
     "see /usr/local/share/applications/org.example.App.desktop",

@@ -36,7 +36,6 @@ if TYPE_CHECKING:
     from veritas_watch.config import HttpConfig
 
 log = structlog.get_logger()
-ACCESS_KEY = "veritas.access"
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.", "ip6-localhost", "ip6-loopback"})
 SAFE_FETCH_SITES = frozenset({"same-origin", "none"})
 OPEN_PATHS = frozenset({"/health"})  # answered to anyone who passes the browser checks
@@ -69,9 +68,11 @@ def refused(status: type[web.HTTPException], message: str, **headers: str) -> we
     return status(text=json.dumps({"error": message}), content_type="application/json", headers=headers or None)
 
 
+ACCESS_KEY = web.RequestKey("veritas.access", Access)  # what check_request decided, for the handler
+
+
 def request_access(request: web.Request) -> Access:
-    access: Access = request[ACCESS_KEY]
-    return access
+    return request[ACCESS_KEY]
 
 
 def agent_param(value: object, field: str = "agent_id") -> str:

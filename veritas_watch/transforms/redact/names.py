@@ -156,25 +156,25 @@ _SERVICES.update(
         """.split()  # noqa: SIM905 - a word list reads better as text
     }
 )
-# The providers the public scanners have detectors for (gitleaks', Nosey Parker's and TruffleHog's rule
-# names, compounds such as `airtablepersonalaccesstoken` cut to the provider): a random key in the same line
-# as one of these names is taken for its key. English words among them count only when capitalised
-# (`_WORD_SERVICES`).
+# The providers the public scanners have detectors for (the rule names of gitleaks, Nosey Parker and
+# TruffleHog and, added after Kingfisher was measured, Kingfisher's; compounds such as
+# `airtablepersonalaccesstoken` cut to the provider): a random key in the same line as one of these names is
+# taken for its key. English words among them count only when capitalised (`_WORD_SERVICES`).
 _SCANNER_PROVIDERS = """
     abuseipdb abyssale accuweather adafruitio adobeio adzuna aeroworkflow agora airbrake airship airvisual
     aiven alconost alegra aletheiaapi alienvault allsports amadeus amazonbedrock ambee anypoint apacta
     api2cart apideck apiflash apifonica apify apilayer apimatic apimetrics apitemplate apollo appcues
-    appfollow appointedd appsynergy apptivo artsy assemblyai atera audd autodesk autoklose autopilot avaza
-    aviationstack axonaut aylien ayrshare azureapp bannerbear baremetrics beebole besnappy besttime
-    betterstack billomat bitbar bitbucketapp bitcoinaverage bitmex blazemeter blitapp blocknative blogger
-    bombbomb boostnote borgbase braintreepayments braintrust brandfetch browserstack browshot bscscan
-    buddyns budibase bugherd buildkite bulbul buttercms caflou calendarific calendly calorieninja campayn
-    cannyio capsulecrm captaindata carboninterface cashboard caspio censys centralstationcrm cexio
+    appfollow appointedd appoptics appsynergy apptivo artsy assemblyai atera audd autodesk autoklose
+    autopilot avaza aviationstack axonaut aylien ayrshare azureapp bannerbear baremetrics beebole besnappy
+    besttime betterstack billomat bitbar bitbucketapp bitcoinaverage bitmex blazemeter blitapp blocknative
+    blogger bombbomb boostnote borgbase braintreepayments braintrust brandfetch browserstack browshot
+    bscscan buddyns budibase bugherd buildkite bulbul buttercms caflou calendarific calendly calorieninja
+    campayn cannyio capsulecrm captaindata carboninterface cashboard caspio censys centralstationcrm cexio
     chartmogul chatfule checio checklyhq cicero circleci clarifai clearbit clickup cliengo clientary
     clinchpad clockify clockwork closecrm cloudconvert cloudelements cloudflareapi cloudflareca cloudimage
-    cloudmersive cloudplan cloudsmith cloverly cloze clustdoc coda codacy codemagic codequiry coinapi
-    coinlayer coinlib collect2 column commercejs companyhub conversiontools convertapi convertkit convier
-    copper couchbase countrylayer courier coveralls craftmypdf crowdin cryptocompare currencycloud
+    cloudmersive cloudplan cloudsight cloudsmith cloverly cloze clustdoc coda codacy codemagic codequiry
+    coinapi coinlayer coinlib collect2 column commercejs companyhub conversiontools convertapi convertkit
+    convier copper couchbase countrylayer courier coveralls craftmypdf crowdin cryptocompare currencycloud
     currencyfreaks currencylayer currencyscoop currentsapi customerguru customerio d7network dailyco
     dandelion dareboost databox debounce deepai deepgram delighted demio deputy detectify detectlanguage
     dfuse diffbot diggernaut disqus ditto dnscheck docparser documo docusign dotdigital dronahq duply
@@ -188,43 +188,43 @@ _SCANNER_PROVIDERS = """
     gyazo happyscribe harvest hellosign helpcrunch helpscout hereapi hiveage holidayapi holistic html2pdf
     humanity hunter hybiscus hypertrack ibmcloud iconfinder iexapis iexcloud imagekit imagga impala
     insightly instabot instamojo interseller intrinio invoiceocean ip2location ipapi ipgeolocation ipinfo
-    ipinfodb ipquality ipstack jotform jumpcloud jupiterone juro kanbantool karmacrm keenio kickbox
+    ipinfodb ipquality ipstack jotform jumpcloud jupiterone juro kanbantool karmacrm keenio kickbox klaviyo
     klipfolio knapsackpro kontent kylas langfuse languagelayer larksuite leadfeeder lemlist lemonsqueezy
-    lendflow lessannoyingcrm lexigram linearapi linemessaging linenotify linkpreview liveagent loadmill
-    locationiq loginradius logzio lokalise loyverse lunchmoney luno madkudu magicbell mailboxlayer
+    lendflow lessannoyingcrm lexigram linearapi linemessaging linenotify linkpreview liveagent livestorm
+    loadmill locationiq loginradius logzio lokalise loyverse lunchmoney luno madkudu magicbell mailboxlayer
     mailerlite mailjet mailmodo mailsac mandrill mapquest marketstack mavenlink meaningcloud mediastack
     meistertask mesibo metaapi metabase metrilo microsoftteams mindmeister miro mite mixmax mockaroo monday
     monkeylearn moonclerk moosend moralis myfreshworks myintervals nasdaqdatalink nethunt netsuite
     neutrinoapi newrelicmobileapp newsapi newscatcher nftport ngrok nicereply nightfall nimble noticeable
     nozbeteams numverify nutritionix nvapi nylas oanda octopusdeploy omnisend onepagecrm onesignal onfleet
     oopspam opencagedata openuv openvpn openweather optimizely overloop owlbot packagecloud pagarme pandadoc
-    pandascore paperform paralleldots parsehub partnerstack pastebin paydirtapp paymoapp paymongo paystack
-    pdflayer pdfshift peopledatalabs pepipost percy pganalyze photoroom pinata pipedream pipedrive
+    pandascore paperform paralleldots parsehub parseur partnerstack pastebin paydirtapp paymoapp paymongo
+    paystack pdflayer pdfshift peopledatalabs pepipost percy pganalyze photoroom pinata pipedream pipedrive
     pivotaltracker pixabay planviewleankit planyo podio pollsapi poloniex polygon portainer positionstack
     postageapp posthog powrbot privacy prodpad prospectcrm protocolsio proxycrawl pubnub purestake
     pushbullet pusherchannel qase qualaroo qubole railwayapp ramp raven rawg razorpay reachmail
-    reallysimplesystems rebrandly rechargepayments redhatpyxis refiner rentman repairshopr replyio
-    requestfinance restpackhtmltopdfapi restpackscreenshotapi revampcrm ringcentral ritekit robinhoodcrypto
-    rocketreach rootly route4me rownd runrunit saladcloud salesblink salescookie salesflare
-    salesforcerefresh salesmate satismeter scalr scrapeowl scraperapi scraperbox scrapestack scrapfly
-    scrapingant scrapingbee screenshotapi screenshotlayer scrutinizerci securitytrails selectpdf semaphore
-    sentryorg serphouse serpstack sheety sherpadesk shipday shodan shortcut shotstack shutterstock
+    reallysimplesystems rebrandly recaptcha rechargepayments redhatpyxis refiner rentman repairshopr replyio
+    requestfinance restpack restpackhtmltopdfapi restpackscreenshotapi revampcrm ringcentral ritekit
+    robinhoodcrypto rocketreach rockset rootly route4me rownd runrunit saladcloud salesblink salescookie
+    salesflare salesforcerefresh salesmate satismeter scalr scrapeowl scraperapi scraperbox scrapestack
+    scrapfly scrapingant scrapingbee screenshotapi screenshotlayer scrutinizerci securitytrails selectpdf
+    semaphore sentryorg serphouse serpstack sheety sherpadesk shipday shodan shortcut shotstack shutterstock
     signalwire signaturit signupgenius sigopt simfin simplesat simplynoted simvoly sinchmessage sirv
-    siteleaf skrappio skybiometry smartsheets smartystreets smooch snipcart solarwinds sourcegraphcody
-    sparkpost spectralops speechtextai spoonacular sportsmonk spotify squareapp sslmate statuscake
-    statuspage statuspal stitchdata stockdata storecove stormboard stormglass storyblok storychief strava
-    streak stripo stytch sugester supernotesapi surveyanyplace surveybot surveysparrow survicate swell
-    swiftype tableau tailscale tallyfy tatumio taxjar teamgate teamworkcrm teamworkdesk teamworkspaces
-    technicalanalysisapi tefter telegrambot teletype terraformcloud testingbot textmagic theoddsapi
-    thinkific thousandeyes ticketmaster tickettailor tiingo timecamp timezoneapi tines tmetric todoist
-    toggltrack tokeet tomorrowio tomtom tradier transferwise travelpayouts trufflehog twelvedata twist
-    twitterconsumer tyntec typetalk ubidots uclassify unifyid unplugg unsplash upcdatabase uplead uploadcare
-    uptimerobot upwave urlscan userflow userstack vagrantcloud vatlayer vbout verimail veriphone versioneye
-    viewneo virustotal visualcrossing voicegain vouchery vpnapi vyte walkscore weatherbit weatherstack webex
-    webexbot webflow webscraper webscraping websitepulse weightsandbiases wepay whoxy wistia worksnaps
-    workstack worldcoinindex worldweather wrike yelp youneedabudget yousign zendeskapi zenkitapi zenrows
-    zenscrape zenserp zeplin zerobounce zerotier zipapi zipcodeapi zipcodebase zohocrm zonkafeedback
-    zulipchat
+    siteleaf skrappio skybiometry smartsheets smartystreets smooch snipcart snowflake solarwinds
+    sourcegraphcody sparkpost spectralops speechtextai spoonacular sportsmonk spotify squareapp squareup
+    sslmate statuscake statuspage statuspal stitchdata stockdata storecove stormboard stormglass storyblok
+    storychief strava streak stripo stytch sugester supernotesapi surveyanyplace surveybot surveysparrow
+    survicate swell swiftype tableau tailscale tallyfy tatumio taxjar teamgate teamworkcrm teamworkdesk
+    teamworkspaces technicalanalysisapi tefter telegrambot teletype terraformcloud testingbot textmagic
+    theoddsapi thinkific thousandeyes ticketmaster tickettailor tiingo timecamp timezoneapi tines tmetric
+    todoist toggltrack tokeet tomorrowio tomtom tradier transferwise travelpayouts trufflehog twelvedata
+    twist twitterconsumer tyntec typetalk ubidots uclassify unifyid unplugg unsplash upcdatabase uplead
+    uploadcare uptimerobot upwave urlscan userflow userstack vagrantcloud vatlayer vbout verimail veriphone
+    versioneye viewneo virustotal visualcrossing voiceflow voicegain vouchery vpnapi vyte walkscore
+    weatherbit weatherstack webex webexbot webflow webscraper webscraping websitepulse weightsandbiases
+    wepay whoxy wistia worksnaps workstack worldcoinindex worldweather wrike yelp youneedabudget yousign
+    zendeskapi zenkitapi zenrows zenscrape zenserp zeplin zerobounce zerotier zipapi zipcodeapi zipcodebase
+    zohocrm zonkafeedback zulipchat
 """.split()  # noqa: SIM905 - a word list reads better as text
 _SERVICES.update({name: name.capitalize() for name in _SCANNER_PROVIDERS if name not in _SERVICES})
 _NOT_SERVICES = frozenset(
@@ -382,7 +382,7 @@ _WORD_SERVICES = frozenset(
     agora airship apollo artsy autopilot blogger cicero cloze coda column copper courier dandelion debounce
     delighted deputy ditto enigma envoy eraser fulcrum harvest humanity hunter impala kickbox mite monday
     nightfall nimble noticeable overloop percy polygon privacy ramp raven refiner semaphore shortcut smooch
-    streak swell tableau teletype twist
+    snowflake streak swell tableau teletype twist
     """.split()  # noqa: SIM905
 )
 

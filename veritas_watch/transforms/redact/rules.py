@@ -1166,7 +1166,12 @@ _ID_LABEL_RE = re.compile(
     r"channel|guild|thread|discussion|commit|device|node|container|image|object|file|item)[ _\-]?ids?\b"
     r"[\"']?[ \t]*[:=#]?[ \t]*[\"'`(]?$|(?:^|[^A-Za-z_\-])id[\"']?[ \t]*[:=][ \t]*[\"'`]?$"
 )
-_SPACED_CUE_RE = re.compile(r"(?i)(?<![A-Za-z0-9_\-])(?:api[ _\-]?)?(?:key|token|secret)[ \t]+$")
+# ("primary key 550e8400-…", "public key 04a1…", "idempotency key …" name no credential)
+_SPACED_CUE_RE = re.compile(
+    r"(?i)(?<!primary )(?<!foreign )(?<!partition )(?<!sort )(?<!row )(?<!cache )(?<!object )(?<!public )"
+    r"(?<!idempotency )(?<!composite )(?<!unique )(?<!lookup )(?<!hash )(?<!map )(?<!index )(?<!routing )"
+    r"(?<![A-Za-z0-9_\-])(?:api[ _\-]?)?(?:key|token|secret)[ \t]+$"
+)
 _NAMED_KEY_RE = re.compile(r"[A-Za-z0-9_\-+/.~][A-Za-z0-9_\-+/=.~]{11,199}|[a-f0-9]{8}:[a-f0-9]{8}")
 _ASSIGNED_PREFIX_RE = re.compile(r"(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?=[A-Za-z0-9])")
 # Services whose 40-hex strings are mostly commit ids, and words that say a hex string is a digest
