@@ -135,13 +135,14 @@ def _is_wordish(value: str) -> bool:
 _WORDLIKE_RE = re.compile(r"[A-Za-z]+(?:[-_' .][A-Za-z]+)*")
 _IDENT_PATH_RE = re.compile(r"[A-Za-z_$][\w$]*(?:(?:\.|::|->|\?\.)[A-Za-z_$][\w$]*)+(?:\(\)|\[\d+\])?")
 _CALL_RE = re.compile(r"[A-Za-z_$][\w$.]*\(")
-_REFERENCE_RE = re.compile(
-    r"\$\{|\$\(|\{\{|\}\}|%\(|%[sd]\b|^\$[A-Za-z_]\w*$|^<[^>]*>?$|^\[[^\]]*\]?$|^\{[^}]*\}?$|"
-    r"^%[A-Za-z_]\w*%$|^@[A-Za-z_][\w.]*(?:$|[\[({:/%}\-\\>,;\s\"'])|^process\.env|^os\.environ|^env\(|^getenv"
-)
 # `$password`, `@Value("…")`, `%APPDATA%`, `$this->pw`, `@scope/pkg`: a name after a sigil, then nothing or
 # code. A generated password may start with the same sigil (`@qyR6j6$Ul#!AT%_T6…`, `@D9#yM9+U*…`).
-_VARIABLE_RE = re.compile(r"[$@%]\{?[A-Za-z_][\w.]*(?:$|[\[({:/%}\-\\>,;\s\"'])")
+_NAME_THEN_CODE = r"[A-Za-z_][\w.]*(?:$|[\[({:/%}\-\\>,;\s\"'])"
+_VARIABLE_RE = re.compile(r"[$@%]\{?" + _NAME_THEN_CODE)
+_REFERENCE_RE = re.compile(
+    r"\$\{|\$\(|\{\{|\}\}|%\(|%[sd]\b|^\$[A-Za-z_]\w*$|^<[^>]*>?$|^\[[^\]]*\]?$|^\{[^}]*\}?$|"
+    r"^%[A-Za-z_]\w*%$|^@" + _NAME_THEN_CODE + r"|^process\.env|^os\.environ|^env\(|^getenv"
+)
 _DATE_RE = re.compile(r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}[:\-]\d{2}(?:[:\-]\d{2})?(?:[.,]\d+)?Z?)?")
 _UUID_RE = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 _VERSION_RE = re.compile(r"v?\d+(?:\.\d+){1,3}(?:[-+][\w.]+)?")

@@ -1166,11 +1166,15 @@ _ID_LABEL_RE = re.compile(
     r"channel|guild|thread|discussion|commit|device|node|container|image|object|file|item)[ _\-]?ids?\b"
     r"[\"']?[ \t]*[:=#]?[ \t]*[\"'`(]?$|(?:^|[^A-Za-z_\-])id[\"']?[ \t]*[:=][ \t]*[\"'`]?$"
 )
-# ("primary key 550e8400-…", "public key 04a1…", "idempotency key …" name no credential)
+# `key`, `API key`, `token`, `secret` right before a value, but not after a word that makes it no credential
+# ("primary key 550e8400-…", "public key 04a1…", "idempotency key …")
+_NOT_CREDENTIAL_KEY_WORDS = (
+    "primary", "foreign", "partition", "sort", "row", "cache", "object", "public", "idempotency", "composite",
+    "unique", "lookup", "hash", "map", "index", "routing",
+)
 _SPACED_CUE_RE = re.compile(
-    r"(?i)(?<!primary )(?<!foreign )(?<!partition )(?<!sort )(?<!row )(?<!cache )(?<!object )(?<!public )"
-    r"(?<!idempotency )(?<!composite )(?<!unique )(?<!lookup )(?<!hash )(?<!map )(?<!index )(?<!routing )"
-    r"(?<![A-Za-z0-9_\-])(?:api[ _\-]?)?(?:key|token|secret)[ \t]+$"
+    "(?i)" + "".join(f"(?<!{word} )" for word in _NOT_CREDENTIAL_KEY_WORDS)
+    + r"(?<![A-Za-z0-9_\-])(?:api[ _\-]?)?(?:key|token|secret)[ \t]+$"
 )
 _NAMED_KEY_RE = re.compile(r"[A-Za-z0-9_\-+/.~][A-Za-z0-9_\-+/=.~]{11,199}|[a-f0-9]{8}:[a-f0-9]{8}")
 _ASSIGNED_PREFIX_RE = re.compile(r"(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?=[A-Za-z0-9])")
@@ -1300,7 +1304,8 @@ def _extract_bare_token(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
     # "API key 3f9a...", "token 8c1e...": the cue word right before it, only a space between, says as much
     # (not beside a digest word: "sha256 key 3f9a..." is a hash)
     cued = (
-        named
+        service is None
+        and named
         and _SPACED_CUE_RE.search(text, max(0, start - 24), start) is not None
         and _DIGEST_WORDS_RE.search(text, max(0, start - 100), min(len(text), end + 100)) is None
     )
