@@ -231,8 +231,13 @@ def test_every_conversational_message_is_stored_exactly_once_and_nothing_else(wo
     points = points_of(world, agent)
     texts = Counter(normal(p["payload"]["data"]) for p in points if p["payload"]["chunk"] == 0)
     expected = [normal(t) for t in world.expected[agent]]
+    # Once per row OpenClaw wrote: one, unless the harness had to resend a turn OpenClaw failed itself
+    # (a deleted session's rows have left the database: its archive holds them once).
+    written = [normal(row.text) for row in world.gateway.transcript_rows(agent) if row.role in ("user", "assistant")]
     for text in expected:
-        assert texts[text] == 1, f"{agent}: {text!r} stored {texts[text]} times"
+        rows = max(1, sum(1 for w in written if w.endswith(text)))
+        assert rows == 1 or world.gateway.transient_failures, f"{agent}: {text!r} written {rows} times"
+        assert texts[text] == rows, f"{agent}: {text!r} stored {texts[text]} times, OpenClaw wrote it {rows} times"
     secret_lines = [t for t in texts if any(marker in t for marker in world.with_secret.get(agent, []))]
     assert len(secret_lines) == len(world.with_secret.get(agent, [])), secret_lines
     assert all(texts[t] == 1 for t in secret_lines), secret_lines

@@ -94,6 +94,8 @@ def test_unit_runs_the_daemon_in_the_foreground_under_the_watchdog(kind: str) ->
     high, hard = (int(one(k)[:-1]) * size[one(k)[-1]] for k in ("MemoryHigh", "MemoryMax"))
     assert StoreConfig().memory_budget_mb < high < hard
     assert int(one("WatchdogSec")) >= 10
+    # A background indexer yields the CPU to the agents it serves.
+    assert int(one("CPUWeight")) < 100 and int(one("Nice")) > 0
     # The daemon's own drain takes up to 20 s; systemd must not SIGKILL it before that.
     assert int(one("TimeoutStopSec")) > 20
     assert one("SystemCallFilter") == "@system-service"
