@@ -42,6 +42,7 @@ from tests.secret_corpus_public import (  # noqa: E402
     Recall,
     build_corpus,
     caught,
+    code_line_corpus,
     false_positives,
     measure,
 )
@@ -251,6 +252,8 @@ def main() -> None:
                  args.misses)
     print_recall("TruffleHog detector tests (third set)", measure(public["trufflehog"], spans), args.misses)
     print_recall("Kingfisher rule examples (fourth set)", measure(public["kingfisher"], spans), args.misses)
+    print_recall("detect-secrets code lines (fifth set; family = kind of value, shape = its list)",
+                 measure(code_line_corpus(), spans), args.misses)
     shared = SHARED.parent
     if (shared / "fixtures").exists():
         chat_fp = locomo_fp_messages(shared)

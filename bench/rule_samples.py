@@ -35,6 +35,12 @@ The recall corpora of tests/secret_corpus_public.py are built from secrets nobod
   blind first (README). Rules that find only what accompanies a credential (`visible: false`, names ending
   in ID, Domain, Host, Username, an instance URL) and password hashes are skipped.
 
+- fifth set, code lines: detect-secrets (`tests/plugins/keyword_test.py`, its keyword detector's tests in
+  config, Go, C, C++, Objective-C, C#, Java, Python, JS, Swift and Terraform syntax): every line its
+  authors expect a secret in, with the secret replaced by `<SECRET>` (`public_shapes_detect_secrets.json`);
+  tests/secret_corpus_public.py puts generated values of four kinds into each line. Measured blind first
+  (README). Its own values (`m{{h}o)p${e]nob(ody…`, a phrase with spaces, `A,.:-¨@*¿?!`) are not kept.
+
 Every set: a URL with a password in its userinfo gives the password; a sample that is a published example
 (the detector's `is_documented_example`) is `documented_example`, test filler (`abc123def456...`,
 `1234567890`, a unit said three times) is `filler`, and neither is counted by the recall measurement.
@@ -46,6 +52,7 @@ checkouts of the repositories to regenerate:
   .venv/bin/python bench/rule_samples.py --gitleaks ../gitleaks --noseyparker ../noseyparker
   .venv/bin/python bench/rule_samples.py --trufflehog ../trufflehog
   .venv/bin/python bench/rule_samples.py --kingfisher ../kingfisher
+  .venv/bin/python bench/rule_samples.py --detect-secrets ../detect-secrets
 """
 
 from __future__ import annotations
@@ -964,12 +971,53 @@ def trufflehog_samples(root: Path, rng: random.Random) -> list[dict[str, Any]]:
     return out
 
 
+SECRET_MARK = "<SECRET>"
+
+
+def detect_secrets_shapes(root: Path) -> list[dict[str, str]]:
+    """The lines detect-secrets' keyword tests expect a secret in, the secret replaced by `SECRET_MARK`.
+
+    Read with `ast`, never run: a case is `('<line {}>'.format(NAME), NAME)`, the line's placeholder
+    filled by the very constant the case expects back; a case expecting `None` is no secret and skipped.
+    """
+    import ast
+
+    tree = ast.parse((root / "tests" / "plugins" / "keyword_test.py").read_text())
+    out: list[dict[str, str]] = []
+    seen: set[str] = set()
+    for node in tree.body:
+        if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.List)):
+            continue
+        name = next((t.id for t in node.targets if isinstance(t, ast.Name)), "")
+        if not name.endswith("_TEST_CASES"):
+            continue
+        for case in node.value.elts:
+            if not (isinstance(case, ast.Tuple) and len(case.elts) == 2 and isinstance(case.elts[1], ast.Name)):
+                continue
+            call, expected = case.elts
+            if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "format"
+                    and isinstance(call.func.value, ast.Constant) and isinstance(call.func.value.value, str)
+                    and len(call.args) == 1 and isinstance(call.args[0], ast.Name)
+                    and call.args[0].id == expected.id):
+                continue
+            template = call.func.value.value.replace("{{", "\0").replace("}}", "\1")
+            if template.count("{}") != 1:
+                continue
+            line = template.replace("{}", SECRET_MARK).replace("\0", "{").replace("\1", "}")
+            if line not in seen:
+                seen.add(line)
+                out.append({"source": "detect-secrets", "list": name.removesuffix("_TEST_CASES").lower(),
+                            "template": line})
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gitleaks", type=Path, help="a gitleaks checkout")
     parser.add_argument("--noseyparker", type=Path, help="a noseyparker checkout")
     parser.add_argument("--trufflehog", type=Path, help="a trufflehog checkout")
     parser.add_argument("--kingfisher", type=Path, help="a kingfisher checkout")
+    parser.add_argument("--detect-secrets", type=Path, help="a detect-secrets checkout (code-line shapes)")
     parser.add_argument("--seed", type=int, default=20261201)
     parser.add_argument("--out", type=Path, default=OUT,
                         help="where to write (another seed into another directory: a reseeded check set)")
@@ -978,6 +1026,11 @@ def main() -> None:
     args = parser.parse_args()
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
+    if args.detect_secrets is not None:
+        shapes = detect_secrets_shapes(args.detect_secrets)
+        target = out / "public_shapes_detect_secrets.json"
+        target.write_text(json.dumps(shapes, ensure_ascii=False, indent=0) + "\n")
+        print(f"detect-secrets: {len(shapes)} code lines -> {target}")
     for name, root, fn in (("gitleaks", args.gitleaks, gitleaks_samples),
                            ("noseyparker", args.noseyparker, noseyparker_samples),
                            ("trufflehog", args.trufflehog, trufflehog_samples),

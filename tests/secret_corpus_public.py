@@ -10,6 +10,12 @@ their own regexes. `build_corpus` places every secret in the chat contexts
 people paste (English and Chinese sentences, `export X=...`, code in ten languages and config
 formats, JSON, `.env` dumps, and the scanner's own example text), and records where it sits.
 A secret counts as caught only if one redacted span covers all of it.
+
+`tests/data/public_shapes_detect_secrets.json` (the fifth set) is code lines instead of secrets: the lines
+detect-secrets' keyword tests expect a secret in (Go, C, C++, config, quoted-value languages; comparisons,
+declarations, `.assign(…)`). `code_line_corpus` puts four kinds of generated value into every line (a
+random key, a hex key, a printable password, a chosen password: word, digits, a symbol); the family of a
+placement is the kind of value, its shape the detect-secrets list.
 """
 
 from __future__ import annotations
@@ -243,6 +249,36 @@ def build_corpus(corpus: str, *, per_sample: int = 4, seed: int = 13) -> list[Pl
 
 # Real credentials present in the public OpenClaw fixture (an openclaw.json printed by a tool and an
 # env dump): finding them is right. Identified by file, line and a fingerprint under AUDIT_KEY.
+_ALNUM = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+_WORDS = ("sunflower", "Marlboro", "qwerty", "dragon", "Liverpool", "princess", "shadow", "baseball")
+CODE_LINE_VALUES = ("random_key", "hex_key", "printable", "chosen_password")
+
+
+def _code_line_value(kind: str, rng: random.Random) -> str:
+    if kind == "random_key":
+        return "".join(rng.choice(_ALNUM) for _ in range(22)) + str(rng.randint(10, 99))
+    if kind == "hex_key":
+        return "".join(rng.choice("0123456789abcdef") for _ in range(32))
+    if kind == "printable":
+        return "".join(rng.choice(_ALNUM + "!#%&*+-=?@^_~") for _ in range(16))
+    return rng.choice(_WORDS) + str(rng.randint(10, 9999)) + rng.choice("!#@$%")
+
+
+def code_line_corpus(*, seed: int = 17) -> list[Placed]:
+    """Every detect-secrets code line with each kind of generated value in it."""
+    lines = json.loads((DATA / "public_shapes_detect_secrets.json").read_text())
+    rng = random.Random(seed)
+    out = []
+    for number, line in enumerate(lines):
+        before, _, after = line["template"].partition("<SECRET>")
+        for kind in CODE_LINE_VALUES:
+            value = _code_line_value(kind, rng)
+            sample = Sample(line["source"], f"{line['list']}:{number}", kind, "", value, "generated")
+            out.append(Placed(sample, line["list"], str(number), before + value + after, len(before),
+                              len(before) + len(value)))
+    return out
+
+
 AUDIT_KEY = b"veritas-watch-fixture-audit"
 FIXTURE_SECRETS = {
     ("06826999-c084-45d8-9da5-236646ccc145.jsonl", 8, "11049465"),  # OPENCLAW_GATEWAY_TOKEN

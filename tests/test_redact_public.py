@@ -25,6 +25,7 @@ from tests.secret_corpus_public import (
     Recall,
     build_corpus,
     caught,
+    code_line_corpus,
     documented_examples,
     measure,
     negatives,
@@ -107,8 +108,8 @@ def test_recall_on_the_third_corpus_trufflehog() -> None:
     report("trufflehog", result)
     assert result.overall.total >= 5400
     assert len({s.rule.split(":")[0] for s in positives("trufflehog")}) >= 800
-    assert result.overall.recall >= 0.975
-    floors = {"en": 0.95, "example": 0.95, "json": 0.965, "code": 0.98, "env": 0.98, "shell": 0.99, "zh": 0.985}
+    assert result.overall.recall >= 0.978
+    floors = {"en": 0.96, "example": 0.955, "json": 0.985, "code": 0.985, "env": 0.99, "shell": 0.99, "zh": 0.99}
     for shape, tally in result.by_shape.items():
         assert tally.recall >= floors[shape], shape
     partial = [p for p, how in result.misses if how == "partial"]
@@ -116,17 +117,33 @@ def test_recall_on_the_third_corpus_trufflehog() -> None:
 
 
 def test_recall_on_the_fourth_corpus_kingfisher() -> None:
-    """Kingfisher's rule examples (blind 90.83% with the first builder, 96.06% once the builder knew its
-    placeholders and identifiers, before any detector change; README): a regression floor."""
+    """Kingfisher's rule examples (blind 90.83% with the first builder, 96.49% once the builder knew its
+    placeholders and identifiers, before any detector change; 98.06% after two passes over its misses;
+    README): a regression floor."""
     result = recall("kingfisher")
     report("kingfisher", result)
     assert result.overall.total >= 10000
-    assert result.overall.recall >= 0.972
-    floors = {"en": 0.94, "example": 0.895, "json": 0.978, "code": 0.98, "env": 0.985, "shell": 0.985, "zh": 0.98}
+    assert result.overall.recall >= 0.978
+    floors = {"en": 0.955, "example": 0.905, "json": 0.985, "code": 0.985, "env": 0.985, "shell": 0.99, "zh": 0.983}
     for shape, tally in result.by_shape.items():
         assert tally.recall >= floors[shape], shape
     partial = [p for p, how in result.misses if how == "partial"]
     assert len(partial) <= 0.003 * result.overall.total
+
+
+def test_recall_on_the_fifth_set_detect_secrets_code_lines() -> None:
+    """detect-secrets' keyword-test lines with generated values (blind 70.70% before its misses were read,
+    90.62% after; README). Left missed on purpose: `secrete` is an English verb, not a secret's name."""
+    placed = code_line_corpus()
+    result = measure(placed, spans)
+    report("detect-secrets code lines", result)
+    assert result.overall.total >= 250 and len(result.by_shape) == 5
+    assert result.overall.recall >= 0.90
+    assert result.by_family["random_key"].recall == 1.0
+    for kind in ("hex_key", "printable", "chosen_password"):
+        assert result.by_family[kind].recall >= 0.8, kind
+    missed = [p for p, _ in result.misses if "secrete" not in p.text]
+    assert len(missed) <= 8, [p.text for p in missed]
 
 
 def test_the_trufflehog_builder_keeps_the_credential_of_a_combined_result() -> None:
@@ -742,6 +759,83 @@ NOT_SECRETS_KINGFISHER = [
 
 
 # ---------------------------------------------------------------------------------------------
+# Shapes added in the second pass over the Kingfisher misses (general formats, no sample string): keys
+# longer than 300 characters, a letters-only key beside a provider, a bare `key` inside a block the
+# provider names (JSON object, Terraform provider, YAML map), a printable secret after a provider's token
+# cue, base64 that opens with `/`, one apostrophe inside a quoted generated secret.
+
+_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+KINGFISHER_SECOND_ROUND = [
+    ("a 400-character key beside a provider", "." + _rand(399, _LETTERS + "0123456789._-"),
+     "Quick one: the bot needs {v} to talk to Storychief."),
+    ("a letters-only key beside a provider", "b_" + _rand(44, _LETTERS), "ok so {v} is what Beamer gave me"),
+    ("a bare key in a JSON object named by its provider", "-" + _rand(15, "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-"),
+     '```json\n{{\n  "raven": {{\n    "key": "{v}"\n  }}\n}}\n```'),
+    ("a uuid key in a Terraform provider block", "9f5c17d2-957e-4dda-ae24-" + _rand(12, "0123456789abcdef"),
+     'provider "blocknative" {{\n  key = "{v}"\n}}'),
+    ("a bare key under a YAML map named by its provider", "Q" + _rand(23),
+     "sendgrid:\n  key: {v}\n  from: ops@example.com"),
+    ("a printable token after a provider's token cue",
+     "".join(_rand(2, _LETTERS) + _rand(1, "!#%&*+:;=?@^~") for _ in range(6)),
+     "Here is the Azure token for the deploy: {v}"),
+    ("base64 opening with / under a key name", "/" + _rand(63, _LETTERS + "0123456789+-"),
+     'hellosignKey = "{v}"'),
+    ("one apostrophe inside a quoted generated secret", "EAyw:F@vU'" + _rand(10, _LETTERS + "~@"),
+     'AZURE_TOKEN = "{v}"'),
+]
+
+NOT_SECRETS_KINGFISHER_SECOND = [
+    '{\n  "cache": {\n    "key": "user-profile-v2"\n  }\n}',
+    '{\n  "redis": {\n    "key": "session:12345"\n  }\n}',
+    'provider "aws" {\n  region = "eu-west-1"\n}',
+    "stripe:\n  key: STRIPE_SECRET_KEY\n",
+    "the Azure token for the deploy: ask-ops-first!",
+    'api_key = "/home/alice/.config/acme/key.pem"',
+    'TOKEN_FILE = "/var/lib/docker/overlay2/3f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c/diff"',
+    'token = r"[-!#$%&\'*+.^_`|~0-9a-zA-Z]+"',
+    'key = f"zqx{i:05d}marker"',
+    "please use ReallyLongCamelCaseIdentifierName to talk to Slack",
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# Code shapes added after the detect-secrets measurement (its misses read; general syntax, no line of
+# its tests): a literal handed to a secret-named setter, builder or constructor, a literal compared with a
+# secret-named variable from the left, a C array declaration, a subscript with a secret-named key, a
+# Rust `&str` annotation, an Objective-C `@"…"` string, a chosen value in a string under a qualified key name.
+
+CODE_LINE_ROUND = [
+    ("a literal handed to a password setter", "Xk9mQ2vLp7" + _rand(6), 'ds.setPassword("{v}");'),
+    ("a literal handed to a builder's apiKey", _rand(24), 'Client.builder().apiKey("{v}").build();'),
+    ("a C++ string constructed with the secret", _rand(16), 'std::string secret("{v}");'),
+    ("a literal compared with a password from the left", "q" + _rand(15), 'if ("{v}" == password) {{'),
+    ("a hex literal compared with a member's api key", _rand(32, "0123456789abcdef"),
+     'if ("{v}" !== this.config.apiKey) {{'),
+    ("a C array declaration", _rand(18), 'char secret[25] = "{v}";'),
+    ("a subscript with a secret-named key", _rand(20), 'os.environ["API_KEY"] = "{v}"'),
+    ("a header set by a secret-named key", _rand(20), 'headers["X-Api-Key"] = "{v}"'),
+    ("a Rust &str annotation", _rand(16), 'let password: &str = "{v}";'),
+    ("an Objective-C string under a password name", _rand(16), 'my_password_secure = @"{v}";'),
+    ("a chosen value in a string under a qualified key name", "Liverpool1892!", 'api_key = "{v}"'),
+]
+
+NOT_SECRETS_CODE_LINES = [
+    'tokens = tokenize("hello world")',
+    'refresh = get_token("refresh")',
+    'if ("admin" == password_policy) {',
+    'if ("Bearer" == token_type) {',
+    'assert "password" == field_name',
+    'setPassword("${DB_PASSWORD}")',
+    'check_password("")',
+    'os.environ["API_KEY"] = api_key',
+    'has_key("foo_bar")',
+    'secret_name("prod/db/main")',
+    "the gland will secrete insulin when glucose rises",
+]
+
+
+# ---------------------------------------------------------------------------------------------
 # Every round's cases through the same two checks: each secret covered whole by one span and gone from the
 # redacted text; each text that holds none left without a finding.
 
@@ -754,6 +848,8 @@ HIDDEN_WHOLE = {
     "third measurement": THIRD_ROUND,
     "trufflehog measurement": TRUFFLEHOG_ROUND,
     "kingfisher measurement": KINGFISHER_ROUND,
+    "kingfisher second pass": KINGFISHER_SECOND_ROUND,
+    "detect-secrets code lines": CODE_LINE_ROUND,
 }
 LEFT_ALONE = {
     "code": CODE_NOT_SECRETS,
@@ -762,6 +858,8 @@ LEFT_ALONE = {
     "third measurement": NOT_SECRETS_THIRD,
     "trufflehog measurement": NOT_SECRETS_TRUFFLEHOG,
     "kingfisher measurement": NOT_SECRETS_KINGFISHER,
+    "kingfisher second pass": NOT_SECRETS_KINGFISHER_SECOND,
+    "detect-secrets code lines": NOT_SECRETS_CODE_LINES,
 }
 
 

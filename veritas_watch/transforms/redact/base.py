@@ -173,10 +173,11 @@ _FAKE_PARTS = frozenset(
 
 
 _CODE_CHARS_RE = re.compile(r"[\"'`()\[\]{}<>\\,]|\s")
-# What makes a value with brackets code rather than a password: quotes or spaces inside, a call or
-# subscript as the whole value (`Optional[str]`, `getenv("X")`, `cfg['password']`), a leading bracket.
+# What makes a value with brackets code rather than a password: a quote or a space inside (one lone
+# apostrophe is a character of a generated secret: `EAyw:F@vU'i~z@GJ`), a call or subscript as the whole
+# value (`Optional[str]`, `getenv("X")`, `cfg['password']`), a leading bracket.
 _CODE_EXPR_RE = re.compile(
-    r"[\s\"'`\\,]|^[\[({<]|[\w.$]\((?:[^()]*)\)$|^[A-Za-z_$][\w.$]*[\[(]|[\[(]$|\w<\w[\w, ]*>|=>|->|::|\$\{|"
+    r"[\s\"`\\,]|'.*'|^[\[({<]|[\w.$]\((?:[^()]*)\)$|^[A-Za-z_$][\w.$]*[\[(]|[\[(]$|\w<\w[\w, ]*>|=>|->|::|\$\{|"
     r"\}\}|\{\{"
 )
 _IDENTIFIER_RE = re.compile(r"_*[A-Za-z]+(?:_+[A-Za-z]+)*_*")
@@ -217,9 +218,25 @@ def _looks_like_code_or_path(value: str) -> bool:
             and (_is_wordish(value) or not any(c.isdigit() for c in value) or shannon_entropy(value) < 3.5)
         )
         or _CALL_RE.match(value)
-        or _PATH_RE.fullmatch(value)
+        or (_PATH_RE.fullmatch(value) and not _random_pieces_path(value))
         or "://" in value
     )
+
+
+def _random_pieces_path(value: str) -> bool:
+    """`/QGTddWw2rAgLaiGch-KbEYpi8…`: base64 that happens to start with or hold a `/`, not a path. A path
+    names directories and files: some piece of it is a word, or it is short."""
+    pieces = [p for p in re.split(r"[/\\]", value) if p]
+    longest = max(pieces, key=len, default="")
+    return (
+        len(longest) >= 20
+        and not any(_is_wordish(p) or _DOTTED_FILE_RE.fullmatch(p) for p in pieces)
+        and _has_letter_and_digit(longest)
+        and shannon_entropy(longest) >= 4.0
+    )
+
+
+_DOTTED_FILE_RE = re.compile(r"[\w\-]*\.[A-Za-z][A-Za-z0-9]{0,4}")  # `notes.txt`, `.bashrc`: a file's name
 
 
 def _fake_compound(value: str) -> bool:

@@ -30,6 +30,7 @@ from veritas_watch.transforms.redact.names import (
     _known_service_near,
     _secret_word,
     _service_before,
+    _service_of_block,
     _service_of_target,
     is_secret_name,
     service_from_name,
@@ -105,7 +106,9 @@ def _extract_assignment(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
     if (groups.get("op") or "").startswith(("==", "!=")) and groups.get("qv") is None:
         return None  # `password == confirm`: a comparison with a variable; with a literal, a hard-coded secret
     code_op = (groups.get("op") or "").startswith(("==", "!=", "=>"))  # never prose: `:password => '...'`
-    if rule.name == "env_assignment" and name.lower() in _GENERIC_KEY_NAMES and not groups.get("nq") and not code_op:
+    typed = bool(groups.get("typed"))  # `char secret[25] =`, `let password: &str =`: declared in code
+    if (rule.name == "env_assignment" and name.lower() in _GENERIC_KEY_NAMES and not groups.get("nq") and not code_op
+            and not typed):
         line_start = text.rfind("\n", 0, m.start()) + 1
         before = text[line_start : m.start()].rstrip(" \t$")
         if before and before[-1] not in "{[(,;-*#/|":
@@ -144,7 +147,8 @@ def _extract_assignment(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
     else:
         strength = "token_env" if env_style else "token"
     unwrapped = _WRAP_RE.sub("", value) if quoted else value
-    vouched = word == "password" or "secret" in name.lower()
+    # a qualified key name (`api_key`, `private_key`) vouches for a chosen value in a string literal too
+    vouched = word == "password" or "secret" in name.lower() or (quoted and _QUALIFIED_KEY_RE.search(name) is not None)
     # a word-built password under an explicit password or secret name, where it is set off as a value:
     # a string literal, an env-style setting, a YAML/INI line (`password: centipede`), an XML element
     as_value = (quoted or env_style or setting or rule.name == "xml_secret_element" or _setting_line(m, text)) and (
@@ -187,6 +191,7 @@ def _escaped_string_end(m: re.Match[str], text: str, end: int) -> int:
 
 
 _NAME_ENDS_SECRET_RE = re.compile(r"(?i)secret$")
+_QUALIFIED_KEY_RE = re.compile(r"(?i)(?:api|private|access|secret)[_\-]?key")
 
 
 def _setting_line(m: re.Match[str], text: str) -> bool:
@@ -417,13 +422,18 @@ def _extract_token_cue(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
     )
     if symbol_password or (secret_cue and _random_printable(value)) or _random_printable(
         value, min_classes=4
-    ) or (secret_cue and _cjk_set_off(m, text, end) and _chosen_word_password(value)):
+    ) or (secret_cue and _cjk_set_off(m, text, end) and _chosen_word_password(value)) or (
+        # "the Azure token: EAyw:F@vU'i~z@GJ": a provider named before the cue vouches like a secret cue
+        _random_printable(value) and _known_service_near(text, m.start("cue"), window=48) is not None
+    ):
         service = _service_of_target(m.group("target")) or _service_before(text, m.start("cue"))
         return _Hit(start, end, key_name=re.sub(r"[\s_-]+", " ", cue), service=service)
     if not _plausible(value, "token", quoted=quoted):
         return None  # (the weakest test first: naming the service costs more)
     service = _service_of_target(m.group("target")) or _service_before(text, m.start("cue"))
     bare_key = re.fullmatch(r"keys?", cue) is not None
+    if bare_key and service is None:
+        service = _service_of_block(text, m.start("cue"))
     qualified = any(cue.startswith(q) for q in _STRONG_KEY_QUALIFIERS) or service is not None
     strength: Strength = "weak" if bare_key and not qualified else "token"
     if not _plausible(value, strength, quoted=quoted):

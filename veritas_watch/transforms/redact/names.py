@@ -356,6 +356,28 @@ def _service_before(text: str, start: int, *, window: int = 48) -> str | None:
     return None
 
 
+# The header of the block a value sits in: `"raven": {`, `provider "blocknative" {`, `[stripe]`, `sendgrid:`
+_BLOCK_HEADER_RE = re.compile(
+    r"[ \t]*(?:[A-Za-z_]+[ \t]+)?[\"'\[]?(?P<name>[A-Za-z][A-Za-z0-9_.\-]{1,40})[\"'\]]?"
+    r"[ \t]*(?::[ \t]*\{?|=?[ \t]*\{)?[ \t]*"
+)
+
+
+def _service_of_block(text: str, start: int, *, lines: int = 3) -> str | None:
+    """The known service that names the block around a cue on its own line, within a few lines up:
+    `{"raven": {\n  "key": "…"` and Terraform's `provider "datadog" {\n  api_key = "…"` -> the provider."""
+    end = text.rfind("\n", 0, start)
+    for _ in range(lines):
+        if end < 0:
+            return None
+        begin = text.rfind("\n", 0, end) + 1
+        header = _BLOCK_HEADER_RE.fullmatch(text, begin, end)
+        if header is not None and text[begin:end].rstrip().endswith(("{", ":", "]")):
+            return service_from_name(header.group("name"), known_only=True)
+        end = begin - 1
+    return None
+
+
 def _service_of_target(target: str | None) -> str | None:
     """'password for the GitLab admin panel' -> GitLab; 'for the router' -> router."""
     if not target:

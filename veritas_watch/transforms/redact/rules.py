@@ -955,14 +955,29 @@ _ASSIGNMENT_RE = (
     r"(?:(?<=\$)|(?<![A-Za-z0-9_.$\-]))(?P<name>(?:[A-Za-z0-9_][A-Za-z0-9_.\-]{0,80}?)?"
     r"(?i:key|token|secret|passw(?:or)?d|passphrase|pwd|pass|auth|credentials?|creds?)[A-Za-z0-9_]{0,40})"
     r"(?P<nq>\\?[\"'])?"
-    # a type between name and operator: Go `xToken string =`, Kotlin/TS `xToken: String =`
-    r"(?:(?:[ \t]+(?:string|String|str|&str|const|final)|[ \t]*:[ \t]*[A-Za-z_][\w<>?\[\].]{0,30})"
-    r"(?=[ \t]*=[ \t]*[\"'`]))?"
+    # a type or a subscript between name and operator: Go `xToken string =`, Kotlin/TS `xToken: String =`,
+    # Rust `password: &str =`, C `char secret[25] =`, Python `os.environ["API_KEY"] =`
+    r"(?P<typed>(?:[ \t]+(?:string|String|str|&str|const|final)|[ \t]*:[ \t]*&?[A-Za-z_][\w<>?\[\].]{0,30}|"
+    r"\[\d{0,4}\]|(?<=[\"'])\])"
+    r"(?=[ \t]*=[ \t]*@?[\"'`]))?"
     r"[ \t]*(?P<op>:{1,3}=|\?\?=|\?=|\+=|\.=|={2,3}|!={1,2}|=>|->|\|\||=|:|：|,(?=[ \t]*\\?[\"'`]))[ \t]*\\?"
+    r"@?"  # Objective-C and C# verbatim strings: `@"…"`
     # a quoted value may be wrapped by a terminal onto following lines of base64
     # (up to 4 KB: an Entra refresh token or a Docker `auth` holding a key file runs past 1 KB)
     r"(?:(?P<q>[\"'`])(?P<qv>(?:(?!(?P=q))[^\n]){1,4096}?(?:\r?\n[A-Za-z0-9+/=_\-.]{1,1024}?)*)\\?(?P=q)|"
     r"[\"'`]?(?P<v>[^\s\"'`,;<>\\]{1,4096}))"
+)
+# A literal handed to a secret-named setter, builder or constructor (`ds.setPassword("…")`,
+# `Client.builder().apiKey("…")`, C++ `std::string secret("…")`), and one compared with a secret-named
+# variable from the left (`if ("…" == password)`): the assignment's checks decide.
+_SECRET_WORDS = r"(?i:token|secret|passw(?:or)?d|passphrase|pwd|api_?key|access_?key|private_?key|credentials?)"
+_SETTER_CALL_RE = (
+    r"(?<![A-Za-z0-9_$])(?P<name>[A-Za-z_]{0,40}?" + _SECRET_WORDS + r"[A-Za-z0-9_]{0,20})"
+    r"(?P<op>\()[ \t]*@?(?P<q>[\"'`])(?P<qv>(?:(?!(?P=q))[^\n\\]){1,512})(?P=q)[ \t]*[),]"
+)
+_COMPARED_LITERAL_RE = (
+    r"(?P<q>[\"'`])(?P<qv>(?:(?!(?P=q))[^\n\\]){1,512})(?P=q)[ \t]*(?P<op>={2,3}|!={1,2})[ \t]*"
+    r"(?:[A-Za-z_$][\w$]*(?:\.|->|::))*(?P<name>[A-Za-z_]{0,40}?" + _SECRET_WORDS + r"[A-Za-z0-9_]{0,20})\b"
 )
 # A `NAME=value` setting on its own line (`.env`, shell `export`, `docker run -e`, a `.env` inside a JSON
 # string): the value is everything up to the next space, punctuation included (`PASSWORD=Zv7,qH~8'c`).
@@ -1131,7 +1146,7 @@ def _extract_label_line(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
 # A key pasted with no name or cue: long, random (mixed classes, high entropy, no word pieces).
 _BARE_TOKEN_RE = (
     # (base64 may start with `+` or `/`, base64url with `-`; a key generated from a loose class with `.` or `~`)
-    r"(?<![A-Za-z0-9_+/=\-.~\\$%@:])(?P<value>[A-Za-z0-9_\-+/.~][A-Za-z0-9_\-+/=.~:]{11,299})(?![A-Za-z0-9_+/=\-.~\\@:])"
+    r"(?<![A-Za-z0-9_+/=\-.~\\$%@:])(?P<value>[A-Za-z0-9_\-+/.~][A-Za-z0-9_\-+/=.~:]{11,1023})(?![A-Za-z0-9_+/=\-.~\\@:])"
 )
 
 
@@ -1176,7 +1191,7 @@ _SPACED_CUE_RE = re.compile(
     "(?i)" + "".join(f"(?<!{word} )" for word in _NOT_CREDENTIAL_KEY_WORDS)
     + r"(?<![A-Za-z0-9_\-])(?:api[ _\-]?)?(?:key|token|secret)[ \t]+$"
 )
-_NAMED_KEY_RE = re.compile(r"[A-Za-z0-9_\-+/.~][A-Za-z0-9_\-+/=.~]{11,199}|[a-f0-9]{8}:[a-f0-9]{8}")
+_NAMED_KEY_RE = re.compile(r"[A-Za-z0-9_\-+/.~][A-Za-z0-9_\-+/=.~]{11,1023}|[a-f0-9]{8}:[a-f0-9]{8}")
 _ASSIGNED_PREFIX_RE = re.compile(r"(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?=[A-Za-z0-9])")
 # Services whose 40-hex strings are mostly commit ids, and words that say a hex string is a digest
 _CODE_HOSTS = frozenset({"GitHub", "GitLab", "Bitbucket", "Hugging Face"})
@@ -1203,6 +1218,16 @@ def _random_enough(value: str, *, relaxed: bool = False) -> bool:
     if digits < 2 or letters < 4:
         return False
     return shannon_entropy(value) >= (3.2 if n < 16 else 3.3 if n < 24 else 3.6)
+
+
+def _random_letters(value: str) -> bool:
+    """A key drawn from letters alone (`b_ByDfulghxvvmHbArJSFfQhxemJPQ...`): long, both cases mixed all
+    through (a CamelCase name has an upper-case letter per word), high entropy, no word in it."""
+    letters = [c for c in value if c.isascii() and c.isalpha()]
+    if len(value) < 20 or len(letters) < 0.8 * len(value):
+        return False
+    upper = sum(c.isupper() for c in letters) / len(letters)
+    return 0.25 <= upper <= 0.75 and shannon_entropy(value) >= 4.0 and not _is_wordish(value)
 
 
 def _service_on_line(text: str, start: int, end: int, window: int = 100) -> str | None:
@@ -1299,7 +1324,7 @@ def _extract_bare_token(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
         return None  # `os.path.join`, `config.api_v2`; a vault `b.<random>` token has a random part
     if _in_url_or_id(text, start):
         return None
-    named = _NAMED_KEY_RE.fullmatch(value) is not None and any(c.isdigit() for c in value)
+    named = _NAMED_KEY_RE.fullmatch(value) is not None and (any(c.isdigit() for c in value) or _random_letters(value))
     service = _service_on_line(text, start, end) if named else None
     # "API key 3f9a...", "token 8c1e...": the cue word right before it, only a space between, says as much
     # (not beside a digest word: "sha256 key 3f9a..." is a hash)
@@ -1323,7 +1348,8 @@ def _extract_bare_token(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
         commit = n == 40 and service in _CODE_HOSTS
         hex_key = n >= 24 and not digest and not commit and not (n == 24 and service == "MongoDB")
         if (hexish and (n in (32, 48, 64) or uuid or pair or hex_key)) or (
-            not hexish and not pair and not _worded(value) and not _slug(value) and _random_enough(value)
+            not hexish and not pair and not _worded(value) and not _slug(value)
+            and (_random_enough(value) or _random_letters(value))
         ):
             return _Hit(start, end, service=service)
         if value.isdigit() and _numeric_client_id(value, text, start, end):
@@ -1419,6 +1445,8 @@ _GENERIC_RULES: tuple[Rule, ...] = (
     _g(
         "env_assignment", _ASSIGNMENT_RE, ("key", "token", "secret", "pass", "pwd", "auth", "cred"), _extract_assignment
     ),
+    _g("secret_setter_call", _SETTER_CALL_RE, ("token", "secret", "pass", "pwd", "key", "cred"), _extract_assignment),
+    _g("compared_literal", _COMPARED_LITERAL_RE, ("==", "!="), _extract_assignment),
     _g("env_line", _ENV_LINE_RE, ("key", "token", "secret", "pass", "pwd", "auth", "cred"), _extract_assignment),
     _g("xml_secret_element", _XML_ELEMENT_RE, ("key", "token", "secret", "pass", "pwd", "auth", "cred"),
        _extract_assignment),
