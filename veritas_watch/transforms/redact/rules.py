@@ -1151,6 +1151,7 @@ _BARE_TOKEN_RE = (
 
 
 _SETTING_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+_SNAKE_NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+")
 
 
 def _extract_trailing_cue(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
@@ -1163,6 +1164,8 @@ def _extract_trailing_cue(rule: Rule, m: re.Match[str], text: str) -> _Hit | Non
     value = text[start:end]
     if not value or _PATH_RE.fullmatch(value):
         return None
+    if _SNAKE_NAME_RE.fullmatch(value) and is_secret_name(value):
+        return None  # `variable_password0 = password;`: a variable named for the secret, assigned another
     cue = m.group("cue").lower()
     strength: Strength = "password" if "pass" in cue else "token"
     if not _plausible(value, strength, quoted=bool(m.group("q"))):
