@@ -840,6 +840,35 @@ NOT_SECRETS_CODE_LINES = [
 
 
 # ---------------------------------------------------------------------------------------------
+# Setting shapes read in whispers' fixtures (general formats, values generated): a name field and a value
+# field of one entry (Kubernetes/ECS env lists, CloudFormation parameters, key/value settings, their XML
+# form), curl's proxy user and TLS key passwords, wget's protocol passwords.
+
+SETTINGS_ROUND = [
+    ("a Kubernetes env entry", "Q" + _rand(17), 'env:\n  - name: DB_PASSWORD\n    value: "{v}"'),
+    ("an unquoted Kubernetes env entry", _rand(24), "env:\n  - name: API_TOKEN\n    value: {v}\n"),
+    ("an ECS environment entry", _rand(20), '{{"Name": "DB_PASSWORD", "Value": "{v}"}}'),
+    ("a CloudFormation parameter", _rand(20), '"ParameterKey": "DBPassword", "ParameterValue": "{v}"'),
+    ("a key/value setting", _rand(20), '{{"key": "smtp.password", "value": "{v}"}}'),
+    ("an XML key/value setting", _rand(20), "<entry>\n  <key>pro_password</key>\n  <value>{v}</value>\n</entry>"),
+    ("curl's proxy user", _rand(16), "curl -k --proxy-user admin:{v} --proxy https://localhost:8080 https://x"),
+    ("curl's TLS key password", _rand(16), "curl --tlspassword {v} https://localhost"),
+    ("wget's HTTP password", _rand(16), "wget --http-password={v} https://localhost"),
+]
+
+NOT_SECRETS_SETTINGS = [
+    "env:\n  - name: LOG_LEVEL\n    value: debug\n  - name: DB_PASSWORD\n    valueFrom:\n      secretKeyRef:\n"
+    "        name: db\n        key: password",
+    '{"key": "password", "value": ""}',
+    '{"name": "api_key", "value": "${API_KEY}"}',
+    "- name: TOKEN_TTL\n  value: \"3600\"",
+    '{"Name": "SECRET_ARN", "Value": "arn:aws:secretsmanager:eu-west-1:123456789012:secret:db-AbCdEf"}',
+    'SECRET_ARN = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:db-AbCdEf"',
+    "curl --tlspassword",
+]
+
+
+# ---------------------------------------------------------------------------------------------
 # Every round's cases through the same two checks: each secret covered whole by one span and gone from the
 # redacted text; each text that holds none left without a finding.
 
@@ -854,6 +883,7 @@ HIDDEN_WHOLE = {
     "kingfisher measurement": KINGFISHER_ROUND,
     "kingfisher second pass": KINGFISHER_SECOND_ROUND,
     "detect-secrets code lines": CODE_LINE_ROUND,
+    "settings (whispers)": SETTINGS_ROUND,
 }
 LEFT_ALONE = {
     "code": CODE_NOT_SECRETS,
@@ -864,6 +894,7 @@ LEFT_ALONE = {
     "kingfisher measurement": NOT_SECRETS_KINGFISHER,
     "kingfisher second pass": NOT_SECRETS_KINGFISHER_SECOND,
     "detect-secrets code lines": NOT_SECRETS_CODE_LINES,
+    "settings (whispers)": NOT_SECRETS_SETTINGS,
 }
 
 

@@ -252,7 +252,7 @@ _SECRET_SUFFIXES = ("token", "secret", "password", "passwd", "apikey", "accesske
 _NON_SECRET_LAST = frozenset(
     """
     chars charset alphabet path file files dir dirs url uri urls endpoint host hostname port mode type types name names
-    enabled enable disabled env header headers prefix suffix length len ttl expiry expires
+    arn enabled enable disabled env header headers prefix suffix length len ttl expiry expires
     expiration expire timeout count limit limits max min id ids format method algorithm alg provider
     providers source region version size hint label field fields kind policy scope scopes usage
     budget cost rate window index ref refs var variable location store storage backend helper

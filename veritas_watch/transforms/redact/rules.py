@@ -979,6 +979,20 @@ _COMPARED_LITERAL_RE = (
     r"(?P<q>[\"'`])(?P<qv>(?:(?!(?P=q))[^\n\\]){1,512})(?P=q)[ \t]*(?P<op>={2,3}|!={1,2})[ \t]*"
     r"(?:[A-Za-z_$][\w$]*(?:\.|->|::))*(?P<name>[A-Za-z_]{0,40}?" + _SECRET_WORDS + r"[A-Za-z0-9_]{0,20})\b"
 )
+# A setting written as a name field and a value field of one entry: Kubernetes and ECS `env` lists
+# (`- name: DB_PASSWORD` / `value: "…"`, `{"Name": "DB_PASSWORD", "Value": "…"}`), CloudFormation parameters
+# (`"ParameterKey": "DBPassword", "ParameterValue": "…"`), key/value settings (`{"key": "smtp.password",
+# "value": "…"}`) and their XML form (`<key>pro_password</key><value>…</value>`, `<name>`…). The name field's
+# value must be secret-like; the value field follows in the same entry.
+_NAME_VALUE_PAIR_RE = (
+    r"(?i)(?<![\w\-])[\"']?(?:name|key|parameterkey|parameter_name|variable)[\"']?[ \t]*[:=][ \t]*[\"']?"
+    r"(?P<name>[A-Za-z0-9_.\-]{1,80}?)[\"']?[ \t]*,?\s{0,80}?[\"']?(?:value|parametervalue|parameter_value)[\"']?"
+    r"[ \t]*[:=][ \t]*(?:(?P<q>[\"'])(?P<qv>(?:(?!(?P=q))[^\n]){1,4096})(?P=q)|(?P<v>[^\s\"',;}]{1,4096}))"
+)
+_XML_NAME_VALUE_RE = (
+    r"(?i)<(?P<tag>key|name)>[ \t]*(?P<name>[A-Za-z0-9_.\-]{1,80})[ \t]*</(?P=tag)>\s{0,80}?<value>[ \t]*"
+    r"(?P<v>[^\s<]{1,4096})[ \t]*</value>"
+)
 # A `NAME=value` setting on its own line (`.env`, shell `export`, `docker run -e`, a `.env` inside a JSON
 # string): the value is everything up to the next space, punctuation included (`PASSWORD=Zv7,qH~8'c`).
 _ENV_LINE_RE = (
@@ -1022,7 +1036,8 @@ _XML_KEY_VALUE_RE = (
 )
 _CLI_FLAG_RE = (
     r"(?<![\w\-])--?(?P<name>(?i:api[-_]?key|access[-_]token|auth[-_]token|token|password|passwd|secret|"
-    r"client[-_]secret|pat))(?:=|[ \t]+)(?:[\"'](?P<qv>[^\"'\n]{1,512})[\"']|(?P<v>[^\s\"'`]{1,512}))"
+    r"client[-_]secret|pat|(?:proxy-)?tlspassword|http-password|proxy-password|ftp-password))(?:=|[ \t]+)"
+    r"(?:[\"'](?P<qv>[^\"'\n]{1,512})[\"']|(?P<v>[^\s\"'`]{1,512}))"
 )
 _AUTH_HEADER_RE = (
     r"(?i)(?<![A-Za-z0-9_\-])(?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?"
@@ -1038,10 +1053,10 @@ _URL_CREDENTIALS_RE = (
     + r"(?P<host>[A-Za-z0-9][A-Za-z0-9.\-]*|\[[0-9A-Fa-f:.]{2,45}\])"
 )
 _DSN_CREDENTIALS_RE = r"(?<![\w.\-:/@])(?P<scheme>)" + _USERINFO + r"(?P<host>tcp|unix)(?=\()"
-# `curl -u user:password`, `--user 'user:pass'`, `--user=user:pass`, `-u "user":"pass"`: user and password go
-# together (`curl -u` takes them as one argument, and the user alone often is an API key id).
+# `curl -u user:password`, `--user 'user:pass'`, `--user=user:pass`, `-u "user":"pass"`, `--proxy-user`/`-U`:
+# user and password go together (`curl -u` takes them as one argument, and the user alone often is an API key id).
 _CURL_USER_RE = (
-    r"(?<![\w\-])(?:-u|--user)(?:=|[ \t]+)(?P<arg>"
+    r"(?<![\w\-])(?:-u|--user|-U|--proxy-user)(?:=|[ \t]+)(?P<arg>"
     r"(?P<wq>[\"'])(?P<wuser>[^\s:\"']{0,128}):(?P<wpass>[^\"'\n]{0,256})(?P=wq)|"  # 'user:pass', ":pass", "key:"
     r"(?P<quser>\"[^\"\n:]{1,128}\"|'[^'\n:]{1,128}'):(?P<qpass>\"[^\"\n]{1,256}\"|'[^'\n]{1,256}')|"  # "u":"p"
     r"(?P<user>[^\s:\"']{1,128}):(?P<pass>'[^'\n]{1,256}'|\"[^\"\n]{1,256}\"|[^\s\"']{1,256}))"  # user:pass
@@ -1448,6 +1463,8 @@ _GENERIC_RULES: tuple[Rule, ...] = (
     _g(
         "env_assignment", _ASSIGNMENT_RE, ("key", "token", "secret", "pass", "pwd", "auth", "cred"), _extract_assignment
     ),
+    _g("name_value_pair", _NAME_VALUE_PAIR_RE, ("value",), _extract_assignment),
+    _g("xml_name_value_pair", _XML_NAME_VALUE_RE, ("<value>",), _extract_assignment),
     _g("secret_setter_call", _SETTER_CALL_RE, ("token", "secret", "pass", "pwd", "key", "cred"), _extract_assignment),
     _g("compared_literal", _COMPARED_LITERAL_RE, ("==", "!="), _extract_assignment),
     _g("env_line", _ENV_LINE_RE, ("key", "token", "secret", "pass", "pwd", "auth", "cred"), _extract_assignment),
@@ -1458,7 +1475,7 @@ _GENERIC_RULES: tuple[Rule, ...] = (
     _g(
         "cli_secret_flag",
         _CLI_FLAG_RE,
-        ("-api", "-token", "-access", "-auth", "-pass", "-secret", "-client", "-pat"),
+        ("-api", "-token", "-access", "-auth", "-pass", "-secret", "-client", "-pat", "tlspassword"),
         _extract_cli_flag,
     ),
     _g("authorization_header", _AUTH_HEADER_RE, ("authorization",), _extract_auth_header),
