@@ -98,8 +98,9 @@ def transcript_messages() -> list[str]:
 
 
 def code_as_chat() -> dict[str, list[tuple[str, int, str]]]:
-    """Ordinary text that is no secret, pasted as chat: this repository's README and sources, and the
-    installed packages' sources and package descriptions (code, ids, hashes, slugs, URLs), by paragraph."""
+    """Ordinary text that is no secret, pasted as chat: this repository's README and sources, the installed
+    packages' sources and package descriptions (code, ids, hashes, slugs, URLs), and OpenClaw's own docs when
+    it is installed (configuration examples: placeholders, versions, model names), by paragraph."""
     import re
     import site
 
@@ -124,6 +125,11 @@ def code_as_chat() -> dict[str, list[tuple[str, int, str]]]:
         files = [f for name in names for f in sorted((packages / name).rglob("*.py"))]
         files += sorted(packages.glob("*.dist-info/METADATA"))
         sets["installed packages' sources"] = paragraphs(files, packages)
+    from tests.openclaw_harness import install_prefix
+
+    docs = install_prefix() / "openclaw" / "node_modules" / "openclaw" / "docs"
+    if docs.is_dir():  # `bin/test` installs OpenClaw; its docs are configuration examples users paste
+        sets["OpenClaw's docs (the installed package)"] = paragraphs(sorted(docs.rglob("*.md")), docs)
     return sets
 
 

@@ -163,6 +163,14 @@ _PLACEHOLDER_WORDS = frozenset(
     """.split()  # noqa: SIM905 - a word list reads better as text
 )
 # Words that mark a code value as a fake (`"test-password"`, `"hook-token"`, `"dummy_key"`).
+# (not `key`, `api`, `secret`: real formats have them as pieces, `tskey-api-…`, `sk-proj-…`)
+_PLACEHOLDER_PIECES = frozenset(
+    """
+    me replace real not here your yours example sample dummy fake placeholder changeme foo bar baz invalid redacted
+    """.split()  # noqa: SIM905 - a word list reads better as text
+)
+# and for a key (not a password: `dev_admin` is one): a local server's stand-in (`vllm-local`, `demo-key-1`)
+_STAND_IN_KEY_PIECES = _PLACEHOLDER_PIECES | {"local", "dev", "demo", "test", "testing", "temp", "tmp"}
 _FAKE_PARTS = frozenset(
     """
     test tests testing example sample dummy fake mock stub placeholder secret password passwd pass
@@ -237,6 +245,18 @@ def _random_pieces_path(value: str) -> bool:
 
 
 _DOTTED_FILE_RE = re.compile(r"[\w\-]*\.[A-Za-z][A-Za-z0-9]{0,4}")  # `notes.txt`, `.bashrc`: a file's name
+
+
+_ENV_NAME_RE = re.compile(r"[A-Z]{1,12}[0-9]{0,2}(?:_[A-Z]{1,12}[0-9]{0,2})+")
+_SLUG_PIECE_RE = re.compile(r"[-_./:]")
+
+
+def _placeholder_slug(value: str, *, key: bool = False) -> bool:
+    """`replace-me`, `example-anthropic-key-not-real`, for a `key` also `vllm-local`: short pieces, one of them
+    a placeholder's word, and no long random run (`sk_test_4eC39HqLyjWDarjtT1zdp7dc` has one: a key)."""
+    pieces = [p for p in _SLUG_PIECE_RE.split(value.lower()) if p]
+    words = _STAND_IN_KEY_PIECES if key else _PLACEHOLDER_PIECES
+    return len(pieces) >= 2 and max(map(len, pieces)) < 12 and any(p in words for p in pieces)
 
 
 def _fake_compound(value: str) -> bool:
@@ -385,6 +405,8 @@ def _chosen_word_password(value: str) -> bool:
         return False
     if _fake_compound(value) or _NAMING_PIECE_RE.search(value) or _HEADER_NAME_RE.fullmatch(value.rstrip(":=")):
         return False
+    if _placeholder_slug(value):
+        return False  # `replace-me`
     if _DATE_RE.fullmatch(value) or _VERSION_RE.fullmatch(value) or _UUID_RE.fullmatch(value):
         return False
     if value.startswith(("$", "@", "%", "-", ".", "=", ":")) or value.endswith((".", ":", "-", "=")):
@@ -453,6 +475,8 @@ def _plausible(value: str, strength: Strength, *, quoted: bool = False) -> bool:
         # An explicit PASSWORD-named variable: trust the name, only drop placeholders.
         return not _fake_compound(value) or not _WORDLIKE_RE.fullmatch(value)
     if strength == "password":
+        if _ENV_NAME_RE.fullmatch(value):
+            return False  # `password: OPENCLAW_GATEWAY_PASSWORD`: the setting that holds it
         if value.isdigit():
             return True  # "密码是 88888888": digit-only passwords are common
         if _WORDLIKE_RE.fullmatch(value) or _IDENTIFIER_RE.fullmatch(value):
@@ -462,7 +486,7 @@ def _plausible(value: str, strength: Strength, *, quoted: bool = False) -> bool:
                 return True
             if n >= 7 and _mixed_case_letters(value):
                 return True  # `Zxcvbnm`, `QH-TyTEdz`: letters in no word's shape, cases mixed mid-piece
-            return quoted and not _fake_compound(value)
+            return quoted and not _fake_compound(value) and not _placeholder_slug(value)
         if _DATE_RE.fullmatch(value) or _VERSION_RE.fullmatch(value):
             return False
         if quoted and _fake_compound(value):
@@ -477,8 +501,10 @@ def _plausible(value: str, strength: Strength, *, quoted: bool = False) -> bool:
         return False
     if _DATE_RE.fullmatch(value) or _VERSION_RE.fullmatch(value):
         return False
-    if _fake_compound(value):
-        return False
+    if _fake_compound(value) or _placeholder_slug(value, key=True):
+        return False  # `llmman-local`, `tp-your-key`
+    if _ENV_NAME_RE.fullmatch(value) or value.startswith("file:"):
+        return False  # `BWS_SERVER_URL`: another setting's name; a file reference
     min_len = {"token_env": 8, "token": 8, "weak": 20}[strength]
     if n < min_len:
         return False

@@ -268,7 +268,14 @@ def _extract_url_credentials(rule: Rule, m: re.Match[str], text: str) -> _Hit | 
     return _Hit(m.start("user"), end, key_name=f"{user}@{host}", service=service, value=value)
 
 
+# The tools that take `-u user:password` (`date -u +%Y-%m-%dT%H:%M:%SZ` is another `-u`); a command may
+# run over `\`-continued lines
+_USER_FLAG_TOOLS_RE = re.compile(r"(?i)(?:^|[\s;|&(`$])(?:curl|curlie|wget|http|https|xh|lftp)[ \t]")
+
+
 def _extract_curl_user(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
+    if _USER_FLAG_TOOLS_RE.search(text, max(0, m.start() - 400), m.start()) is None:
+        return None
     user = m.group("wuser") if m.group("wq") else (m.group("quser") or m.group("user") or "")
     password = m.group("wpass") if m.group("wq") else (m.group("qpass") or m.group("pass") or "")
     user, password = user.strip("\"'"), password.strip("\"'")

@@ -1197,7 +1197,8 @@ _ID_WORDS_RE = re.compile(r"(?i)(?:session|\bids?\b|[a-z]Id\b|uuid|guid|request|
 _ID_LABEL_RE = re.compile(
     r"(?i)\b(?:request|trace|span|correlation|message|msg|event|run|job|build|transaction|order|invoice|chat|"
     r"channel|guild|thread|discussion|commit|device|node|container|image|object|file|item)[ _\-]?ids?\b"
-    r"[\"']?[ \t]*[:=#]?[ \t]*[\"'`(]?$|(?:^|[^A-Za-z_\-])id[\"']?[ \t]*[:=][ \t]*[\"'`]?$"
+    r"[\"']?[ \t]*[:=#]?[ \t]*[\"'`(]?$|(?:^|[^A-Za-z_\-])id[\"']?[ \t]*[:=][ \t]*[\"'`]?$|"
+    r"(?-i:[a-z]Id)[\"']?[ \t]*[:=][ \t]*[\"'`]?$"  # camel case: `voiceId: "…"`, `speakerVoiceId: "…"`
 )
 # `key`, `API key`, `token`, `secret` right before a value, but not after a word that makes it no credential
 # ("primary key 550e8400-…", "public key 04a1…", "idempotency key …")
@@ -1277,8 +1278,8 @@ _NUMBER_WORDS_RE = re.compile(
 def _numeric_client_id(value: str, text: str, start: int, end: int) -> bool:
     """A 15-20 digit number beside a provider's name and nothing that makes it a plain id (Asana and
     Discord client ids are such numbers; a channel or user id, an order or phone number is not a credential)."""
-    if not 15 <= len(value) <= 20 or len(set(value)) < 6:
-        return False
+    if not 15 <= len(value) <= 20 or len(set(value)) < 6 or _ascending_run(value, 6) or _ascending_run(value[::-1], 6):
+        return False  # (`123456789012345678`, `987654321098765432`: the docs' example ids)
     line_start = text.rfind("\n", 0, start) + 1
     line_end = text.find("\n", end)
     line = text[line_start : line_end if line_end >= 0 else len(text)]
@@ -1309,6 +1310,34 @@ def _word_piece(piece: str, min_len: int = 3) -> bool:
     return len(letters) >= min_len and letters.isalpha() and _is_wordish(letters)
 
 
+# A release tag: `v2026.5.30-beta.1`, `2026.4.1-beta.1`, `v2026.3.N-beta.1`
+_RELEASE_RE = re.compile(r"v?\d+(?:\.[0-9A-Za-z]{1,8}){1,3}(?:[-+][0-9A-Za-z.]+)?")
+_HUMP_RE = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
+
+
+def _camel_identifier(value: str) -> bool:
+    """`allowRfc2544BenchmarkRange`, `renderQrPngBase64`, `tools.web.fetch.ssrfPolicy`: a code name in camel
+    case. Nearly all its letters sit in word-shaped humps (`allow`, `Benchmark`: a capital, then lower case),
+    most of them pronounceable; a random key's humps are short and its case switches anywhere."""
+    if not value[0].islower() or not re.fullmatch(r"[A-Za-z][A-Za-z0-9]*(?:\.[A-Za-z][A-Za-z0-9]*)*", value):
+        return False
+    humps = [h for part in value.split(".") for h in _HUMP_RE.findall(part) if h.isalpha()]
+    worded = [h for h in humps if re.fullmatch(r"[A-Z]?[a-z]{2,}", h)]
+    spoken = [h for h in worded if len(h) >= 4 and _is_wordish(h.lower())]
+    covered = sum(map(len, worded))
+    return (len(worded) >= 3 and len(spoken) >= 2 and covered >= 0.8 * sum(map(len, humps))
+            and sum(h[0].isupper() for h in worded) >= 2  # camel case: words start upper case inside
+            and covered >= 4.5 * len(worded))  # words run long; random lower-case runs are two or three
+
+
+def _short_pieces_name(value: str) -> bool:
+    """`blacksmith-32vcpu-ubuntu-2404`, `audio-24khz-48kbitrate-mono-mp3`: a name of short pieces with a word
+    among them. A provider's key has a long random run (or is hex, checked before)."""
+    pieces = [p for p in _PIECE_SPLIT_RE.split(value) if p]
+    return (len(pieces) >= 3 and max(map(len, pieces)) < 12
+            and any(len(p) >= 5 and p.isalpha() and _is_wordish(p.lower()) for p in pieces))
+
+
 def _slug(value: str) -> bool:
     """`TheBloke/recent-models-64f9a55b...`, `owner/repo-name`: a path of words with an id in it."""
     if "/" not in value:
@@ -1332,6 +1361,8 @@ def _extract_bare_token(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
     n = len(value)
     if n < 12 or "..." in value or "//" in value or _DUNDER_RE.search(value) or value.startswith("eyJ"):
         return None  # a JWT header alone (`eyJhbGciOi...`) is no credential; whole JWTs have their rule
+    if _RELEASE_RE.fullmatch(value) or _camel_identifier(value.lstrip(".")):
+        return None  # `v2026.5.30-beta.1`; `allowRfc2544BenchmarkRange`, `qr.renderQrPngBase64`: code
     if value[0] in "-_" and (n < 20 or not any(c.isdigit() for c in value)):
         return None  # `--no-verify`, `_private_name`: flags and identifiers
     if text.startswith(("...", "…"), end):
@@ -1366,7 +1397,7 @@ def _extract_bare_token(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
         commit = n == 40 and service in _CODE_HOSTS
         hex_key = n >= 24 and not digest and not commit and not (n == 24 and service == "MongoDB")
         if (hexish and (n in (32, 48, 64) or uuid or pair or hex_key)) or (
-            not hexish and not pair and not _worded(value) and not _slug(value)
+            not hexish and not pair and not _worded(value) and not _slug(value) and not _short_pieces_name(value)
             and (_random_enough(value) or _random_letters(value))
         ):
             return _Hit(start, end, service=service)
@@ -1410,6 +1441,7 @@ def _extract_bare_token(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
 _BARE_PASSWORD_RE = (
     r"(?:(?<=[\s`(（：，])|^)(?P<value>[!-~]{10,128})(?=[\s`)）。，]|$)"
 )
+_PRICE_OR_ENTITY_RE = re.compile(r"^[$€£¥]\d|&(?:[a-z]{2,8}|#\d{2,5});")
 _RARE_MARKS_RE = re.compile(r"[!\"#$%&'()*,;<>?@\[\\\]^`{|}~]")
 _ADDRESS_RE = re.compile(r"[\w.+\-]+@[A-Za-z0-9\-]+(?:(?:\.[A-Za-z0-9\-]+)+(?:[:/]|$)|:)")
 _IDENT_TOKEN_RE = re.compile(r"[A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)*")
@@ -1433,6 +1465,8 @@ def _extract_bare_password(rule: Rule, m: re.Match[str], text: str) -> _Hit | No
         return None  # URLs, e-mail addresses and `user@host:` prompts, `--flag=value` / `key=value`
     if body.count("/") >= 2 or body.count("\\") >= 2 or body.startswith(("*", "#", "~", "&", "(", "\"", "'", "`")):
         return None  # paths, markdown emphasis and headings, quoted strings (a negation fails below)
+    if _PRICE_OR_ENTITY_RE.search(body):
+        return None  # `$0.30/MTok`, `5&nbsp;MiB`: a price, an HTML entity
     call = _CALL_NAME_RE.search(body)
     if call and (_is_wordish(call.group(1)) or "_" in call.group(1) or "." in call.group(1)):
         return None  # `Element(score=...`, `os.path.join(`: a call
