@@ -106,6 +106,9 @@ def test_a_restart_reports_no_live_session_and_no_end_twice(tmp_path: Path) -> N
         for sid in (ended, live):
             finish_run(db, sid)
     with running_daemon(state, data, extra_env=env) as daemon:  # start-up: only the ended conversation
+        # (the start-up scan runs after the first sweep that reads nothing while the sink is idle: it may
+        # follow the last probe of wait_idle by a sweep)
+        wait_for(lambda: gap_events(daemon), what="the start-up gap")
         daemon.wait_idle()
         (gap,) = gap_events(daemon)
         assert gap["session"] == ended and str(gap["session_end"]).startswith("2026-11-29T09:00:00")

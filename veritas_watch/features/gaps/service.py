@@ -86,6 +86,11 @@ class GapService:
         await self.detector.tick(datetime.now(UTC))
         await self._archive_if_due()
 
+    @property
+    def startup_scan_pending(self) -> bool:
+        """The start-up scan waits for a sweep that reads nothing while the sink is idle."""
+        return not self.first_pass_done
+
     def _count(self, gaps: list[Gap]) -> None:
         if self.on_detected is not None:
             for gap in gaps:
@@ -119,6 +124,10 @@ class NoGaps:
 
     async def after_sweep(self, idle: bool) -> None:
         return None
+
+    @property
+    def startup_scan_pending(self) -> bool:
+        return False
 
     def open_gaps(self) -> list[Gap]:
         return []
