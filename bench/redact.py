@@ -44,6 +44,7 @@ from tests.secret_corpus_public import (  # noqa: E402
     caught,
     code_line_corpus,
     false_positives,
+    file_paragraphs,
     measure,
 )
 from tests.secret_corpus_public import locomo_messages as locomo_fp_messages  # noqa: E402
@@ -101,35 +102,22 @@ def code_as_chat() -> dict[str, list[tuple[str, int, str]]]:
     """Ordinary text that is no secret, pasted as chat: this repository's README and sources, the installed
     packages' sources and package descriptions (code, ids, hashes, slugs, URLs), and OpenClaw's own docs when
     it is installed (configuration examples: placeholders, versions, model names), by paragraph."""
-    import re
     import site
 
-    def paragraphs(paths: list[Path], root: Path) -> list[tuple[str, int, str]]:
-        out = []
-        for path in paths:
-            try:
-                text = path.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError):
-                continue
-            for i, para in enumerate(re.split(r"\n\s*\n", text)):
-                if para.strip():
-                    out.append((str(path.relative_to(root)), i, para[:20000]))
-        return out
+    from tests.openclaw_harness import OpenClawInstall, install_prefix
 
     repo = [REPO / "README.md", REPO / "config.example.toml", *sorted(REPO.glob("veritas_watch/**/*.py")),
             *sorted(REPO.glob("bench/*.py"))]
-    sets = {"this repository's README and sources": paragraphs(repo, REPO)}
+    sets = {"this repository's README and sources": file_paragraphs(repo, REPO)}
     packages = next((Path(p) for p in site.getsitepackages() if (Path(p) / "httpx").exists()), None)
     if packages is not None:
         names = ("httpx", "aiohttp", "click", "h11", "anyio", "loguru", "huggingface_hub", "_pytest", "fsspec", "yaml")
         files = [f for name in names for f in sorted((packages / name).rglob("*.py"))]
         files += sorted(packages.glob("*.dist-info/METADATA"))
-        sets["installed packages' sources"] = paragraphs(files, packages)
-    from tests.openclaw_harness import install_prefix
-
-    docs = install_prefix() / "openclaw" / "node_modules" / "openclaw" / "docs"
+        sets["installed packages' sources"] = file_paragraphs(files, packages)
+    docs = OpenClawInstall(install_prefix()).package / "docs"
     if docs.is_dir():  # `bin/test` installs OpenClaw; its docs are configuration examples users paste
-        sets["OpenClaw's docs (the installed package)"] = paragraphs(sorted(docs.rglob("*.md")), docs)
+        sets["OpenClaw's docs (the installed package)"] = file_paragraphs(sorted(docs.rglob("*.md")), docs)
     return sets
 
 

@@ -246,9 +246,10 @@ class OpenClawGateway:
         started = time.time()
         for attempt in range(_TRANSIENT_RETRIES + 1):
             proc = self.run(*args, timeout=timeout + 30, check=False)
-            if proc.returncode == 0 or attempt == _TRANSIENT_RETRIES or not _openclaw_transient(proc):
+            transient = _openclaw_transient(proc) if proc.returncode != 0 else None
+            if transient is None or attempt == _TRANSIENT_RETRIES:
                 break
-            self.transient_failures.append(f"{agent}: {message[:60]!r}: {_openclaw_transient(proc)}")
+            self.transient_failures.append(f"{agent}: {message[:60]!r}: {transient}")
             time.sleep(2)
         if proc.returncode != 0:
             raise AssertionError(f"openclaw {' '.join(args)} exited {proc.returncode}:\n"

@@ -24,7 +24,7 @@ import gzip
 import json
 import random
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -247,8 +247,6 @@ def build_corpus(corpus: str, *, per_sample: int = 4, seed: int = 13) -> list[Pl
 # ---------------------------------------------------------------------------------------------
 # Ordinary chat: the false-positive sets (shared fixtures)
 
-# Real credentials present in the public OpenClaw fixture (an openclaw.json printed by a tool and an
-# env dump): finding them is right. Identified by file, line and a fingerprint under AUDIT_KEY.
 _ALNUM = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
 _WORDS = ("sunflower", "Marlboro", "qwerty", "dragon", "Liverpool", "princess", "shadow", "baseball")
 CODE_LINE_VALUES = ("random_key", "hex_key", "printable", "chosen_password")
@@ -279,6 +277,8 @@ def code_line_corpus(*, seed: int = 17) -> list[Placed]:
     return out
 
 
+# Real credentials present in the public OpenClaw fixture (an openclaw.json printed by a tool and an
+# env dump): finding them is right. Identified by file, line and a fingerprint under AUDIT_KEY.
 AUDIT_KEY = b"veritas-watch-fixture-audit"
 FIXTURE_SECRETS = {
     ("06826999-c084-45d8-9da5-236646ccc145.jsonl", 8, "11049465"),  # OPENCLAW_GATEWAY_TOKEN
@@ -319,6 +319,21 @@ def false_positives(
                 continue
             context = text[max(0, match.start - 60) : match.start] + "<<<" + text[match.start : match.end] + ">>>"
             out.append((where, number, match.rule, context[-200:]))
+    return out
+
+
+def file_paragraphs(paths: Iterable[Path], root: Path) -> list[tuple[str, int, str]]:
+    """Text files read as chat, one message per paragraph: (file under root, paragraph number, text).
+    Files that are not UTF-8 are skipped; a paragraph is cut at 20,000 characters."""
+    out = []
+    for path in paths:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        for number, paragraph in enumerate(re.split(r"\n\s*\n", text)):
+            if paragraph.strip():
+                out.append((str(path.relative_to(root)), number, paragraph[:20000]))
     return out
 
 

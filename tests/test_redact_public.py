@@ -27,6 +27,7 @@ from tests.secret_corpus_public import (
     caught,
     code_line_corpus,
     documented_examples,
+    file_paragraphs,
     measure,
     negatives,
     positives,
@@ -153,9 +154,7 @@ def test_few_findings_in_openclaw_own_docs() -> None:
     from tests.openclaw_harness import install_or_skip
 
     docs = install_or_skip().package / "docs"
-    paragraphs = [(str(path.relative_to(docs)), number, paragraph) for path in sorted(docs.rglob("*.md"))
-                  for number, paragraph in enumerate(re.split(r"\n\s*\n", path.read_text(errors="replace")))
-                  if paragraph.strip()]
+    paragraphs = file_paragraphs(sorted(docs.rglob("*.md")), docs)
     assert len(paragraphs) > 20_000
     found = [(where, number, m.rule, paragraph[m.start:m.end][:40]) for where, number, paragraph in paragraphs
              for m in detect(paragraph)]

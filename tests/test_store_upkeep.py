@@ -26,7 +26,7 @@ import pytest
 import qdrant_edge as qe
 
 from veritas_watch.config import Config, WatchConfig
-from veritas_watch.daemon import Running
+from veritas_watch.daemon import STARTUP_SCAN_RECHECK, Running
 from veritas_watch.embedding import load_embedder
 from veritas_watch.footprint import Footprint, _contiguous, resident_in_mappings
 from veritas_watch.model import Chunk, Entry, SourceRef, session_order
@@ -219,7 +219,8 @@ def test_a_store_keeps_the_quantization_it_was_created_with(tmp_path: Path) -> N
 def test_the_safety_sweep_backs_off_only_while_inotify_is_healthy() -> None:
     config = Config(watch=WatchConfig(sweep_interval=2.0, sweep_max_interval=60.0))
     healthy = SimpleNamespace(mode="inotify", healthy=lambda: True)
-    daemon: Any = SimpleNamespace(config=config, once=False, watcher=healthy)
+    settled = SimpleNamespace(startup_scan_pending=False)  # the start-up gap scan is done
+    daemon: Any = SimpleNamespace(config=config, once=False, watcher=healthy, gaps=settled)
     waits = [2.0]
     for _ in range(7):
         waits.append(Running._next_sweep_wait(daemon, waits[-1], hinted=False))
@@ -229,6 +230,8 @@ def test_the_safety_sweep_backs_off_only_while_inotify_is_healthy() -> None:
     assert Running._next_sweep_wait(daemon, 8.0, hinted=False) == 2.0  # polling: the sweep stays the net
     daemon.watcher = SimpleNamespace(mode="inotify", healthy=lambda: False)
     assert Running._next_sweep_wait(daemon, 8.0, hinted=False) == 2.0
+    daemon.gaps = SimpleNamespace(startup_scan_pending=True)  # the backlog's last batch is being stored
+    assert Running._next_sweep_wait(daemon, 8.0, hinted=False) == STARTUP_SCAN_RECHECK < 2.0
 
 
 def test_a_memory_release_drops_the_store_files_pages_from_rss_and_loses_nothing(tmp_path: Path) -> None:

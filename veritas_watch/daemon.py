@@ -412,8 +412,6 @@ class Running:
                         hinted = True
                 self.hint.clear()
                 wait = self._next_sweep_wait(wait, hinted)
-                if self.gaps.startup_scan_pending:
-                    wait = STARTUP_SCAN_RECHECK  # the backlog's last batch is still being stored: look again soon
                 await asyncio.sleep(0.005)  # let a burst of events settle into one sweep
             else:
                 wait = interval
@@ -421,7 +419,10 @@ class Running:
     def _next_sweep_wait(self, wait: float, hinted: bool) -> float:
         """The safety sweep checks what inotify cannot tell (a network filesystem, a lost event): at
         `sweep_interval` after any event or when polling, then slower by doubling while nothing changes, up
-        to `sweep_max_interval`, so an idle daemon's cost does not grow with the files it watches."""
+        to `sweep_max_interval`, so an idle daemon's cost does not grow with the files it watches. Until the
+        start-up gap scan has run (after a sweep that reads nothing while the sink is idle), every 0.5 s."""
+        if self.gaps.startup_scan_pending:
+            return STARTUP_SCAN_RECHECK  # the backlog's last batch is still being stored: look again soon
         base = self.config.watch.sweep_interval
         watcher = self.watcher
         if hinted or self.once or watcher.mode != "inotify" or not watcher.healthy():

@@ -163,14 +163,6 @@ _PLACEHOLDER_WORDS = frozenset(
     """.split()  # noqa: SIM905 - a word list reads better as text
 )
 # Words that mark a code value as a fake (`"test-password"`, `"hook-token"`, `"dummy_key"`).
-# (not `key`, `api`, `secret`: real formats have them as pieces, `tskey-api-…`, `sk-proj-…`)
-_PLACEHOLDER_PIECES = frozenset(
-    """
-    me replace real not here your yours example sample dummy fake placeholder changeme foo bar baz invalid redacted
-    """.split()  # noqa: SIM905 - a word list reads better as text
-)
-# and for a key (not a password: `dev_admin` is one): a local server's stand-in (`vllm-local`, `demo-key-1`)
-_STAND_IN_KEY_PIECES = _PLACEHOLDER_PIECES | {"local", "dev", "demo", "test", "testing", "temp", "tmp"}
 _FAKE_PARTS = frozenset(
     """
     test tests testing example sample dummy fake mock stub placeholder secret password passwd pass
@@ -178,6 +170,15 @@ _FAKE_PARTS = frozenset(
     revoked missing placeholder fixture local dev temp tmp value foo bar baz qux xxx sk pk
     """.split()  # noqa: SIM905 - a word list reads better as text
 )
+# A placeholder's words among the short pieces of a value (`replace-me`, `tp-your-key`); not `key`, `api`,
+# `secret`: real formats have them as pieces, `tskey-api-…`, `sk-proj-…`
+_PLACEHOLDER_PIECES = frozenset(
+    """
+    me replace real not here your yours example sample dummy fake placeholder changeme foo bar baz invalid redacted
+    """.split()  # noqa: SIM905 - a word list reads better as text
+)
+# and for a key (not a password: `dev_admin` is one): a local server's stand-in (`vllm-local`, `demo-key-1`)
+_STAND_IN_KEY_PIECES = _PLACEHOLDER_PIECES | {"local", "dev", "demo", "test", "testing", "temp", "tmp"}
 
 
 _CODE_CHARS_RE = re.compile(r"[\"'`()\[\]{}<>\\,]|\s")

@@ -1313,16 +1313,18 @@ def _word_piece(piece: str, min_len: int = 3) -> bool:
 # A release tag: `v2026.5.30-beta.1`, `2026.4.1-beta.1`, `v2026.3.N-beta.1`
 _RELEASE_RE = re.compile(r"v?\d+(?:\.[0-9A-Za-z]{1,8}){1,3}(?:[-+][0-9A-Za-z.]+)?")
 _HUMP_RE = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
+_CAMEL_NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:\.[A-Za-z][A-Za-z0-9]*)*")
+_WORD_HUMP_RE = re.compile(r"[A-Z]?[a-z]{2,}")
 
 
 def _camel_identifier(value: str) -> bool:
     """`allowRfc2544BenchmarkRange`, `renderQrPngBase64`, `tools.web.fetch.ssrfPolicy`: a code name in camel
     case. Nearly all its letters sit in word-shaped humps (`allow`, `Benchmark`: a capital, then lower case),
     most of them pronounceable; a random key's humps are short and its case switches anywhere."""
-    if not value[0].islower() or not re.fullmatch(r"[A-Za-z][A-Za-z0-9]*(?:\.[A-Za-z][A-Za-z0-9]*)*", value):
+    if not value[0].islower() or not _CAMEL_NAME_RE.fullmatch(value):
         return False
     humps = [h for part in value.split(".") for h in _HUMP_RE.findall(part) if h.isalpha()]
-    worded = [h for h in humps if re.fullmatch(r"[A-Z]?[a-z]{2,}", h)]
+    worded = [h for h in humps if _WORD_HUMP_RE.fullmatch(h)]
     spoken = [h for h in worded if len(h) >= 4 and _is_wordish(h.lower())]
     covered = sum(map(len, worded))
     return (len(worded) >= 3 and len(spoken) >= 2 and covered >= 0.8 * sum(map(len, humps))
