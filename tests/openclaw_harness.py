@@ -213,12 +213,21 @@ class OpenClawGateway:
             path.mkdir(parents=True, exist_ok=True)
         self.port = self.port or free_port()
         (self.state_dir / "openclaw.json").write_text(json.dumps(self.config(), indent=2))
+        return self._launch(timeout)
+
+    def restart(self, timeout: float = 180) -> OpenClawGateway:
+        """Stop and start the gateway on the same port and the openclaw.json it has now (plugins included)."""
+        self.stop()
+        return self._launch(timeout)
+
+    def _launch(self, timeout: float) -> OpenClawGateway:
+        ready_before = len(re.findall(r"\[gateway\] ready", self.log_text()))
         log = open(self.log_path, "ab")  # noqa: SIM115 - lives as long as the gateway
         self.proc = subprocess.Popen([str(self.install.openclaw), "gateway", "run"], env=self.env(),
                                      stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         deadline = time.monotonic() + timeout
-        while not re.search(r"\[gateway\] ready", self.log_text()):
+        while len(re.findall(r"\[gateway\] ready", self.log_text())) <= ready_before:
             if self.proc.poll() is not None:
                 raise AssertionError(f"openclaw gateway exited {self.proc.returncode}:\n{self.log_text()[-4000:]}")
             if time.monotonic() > deadline:
@@ -250,7 +259,9 @@ class OpenClawGateway:
             if transient is None or attempt == _TRANSIENT_RETRIES:
                 break
             self.transient_failures.append(f"{agent}: {message[:60]!r}: {transient}")
-            time.sleep(2)
+            # once its idle cleanup failed, OpenClaw 2026.9.6 refuses every later run of that agent
+            # (the failure is kept until the process ends): only a new gateway recovers
+            self.restart()
         if proc.returncode != 0:
             raise AssertionError(f"openclaw {' '.join(args)} exited {proc.returncode}:\n"
                                  f"{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}\n{self.log_text()[-2000:]}")
@@ -331,8 +342,9 @@ def _merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
 
 # OpenClaw 2026.9.6's own races, seen on a loaded 2-core CI machine: its 60 s idle cleanup of an agent
 # database collides with a new run (its maintenance worker, slowed to 10 s, is rejected with "inputs
-# changed before commit") and the run fails with this message. The user's remedy is to send again; so
-# does the harness, and tests count what OpenClaw actually wrote rather than what was sent.
+# changed before commit") and the run fails with this message, as does every later run of that agent
+# until the gateway restarts. The user's remedy is to restart it and send again; so does the harness,
+# and tests count what OpenClaw actually wrote rather than what was sent.
 _TRANSIENT = re.compile(r"Agent database cleanup failed|Agent database resources are closing")
 _TRANSIENT_RETRIES = 2
 

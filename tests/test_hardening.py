@@ -17,6 +17,7 @@ was reported against:
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -500,8 +501,8 @@ def test_f8_one_bad_path_never_stops_the_others(tmp_path: Path) -> None:
     os.mkfifo(fifo_sessions / "f.jsonl")
     sock_sessions = state / "agents" / "socketed" / "sessions"
     sock_sessions.mkdir(parents=True)
-    with socket.socket(socket.AF_UNIX) as sock:
-        sock.bind(str(sock_sessions / "s.jsonl"))
+    with socket.socket(socket.AF_UNIX) as sock, contextlib.chdir(sock_sessions):
+        sock.bind("s.jsonl")  # relative: a socket's path is limited to 107 bytes, tmp_path may be longer
     locked_dir.chmod(0)
     daemon = DaemonProcess(state, tmp_path / "data", wrapper=AS_USER, config={"watch": {"sweep_interval": 0.2}})
     try:
