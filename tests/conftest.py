@@ -12,6 +12,12 @@ from tests.backends import BACKENDS, open_backend
 from veritas_watch.sinks.store import Store
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files marked `long` first: bin/test runs each file whole on one of two workers, and a long one
+    started last would leave the other worker idle at the end."""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)  # stable: the rest keep their order
+
+
 @pytest.fixture(params=BACKENDS)
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     """An empty store, once per backend (tests/backends.py); closed after the test."""

@@ -26,6 +26,8 @@ import pytest
 from tests.daemon_harness import ConfigTree, DaemonProcess, append, expected_id, header, message
 from veritas_watch.model import session_order
 
+pytestmark = pytest.mark.long  # minutes: started first (tests/conftest.py)
+
 
 @dataclass
 class Written:

@@ -19,7 +19,8 @@ from tests.daemon_harness import (
     wait_for,
 )
 
-pytestmark = pytest.mark.skipif(not FIXTURE_SESSIONS.is_dir(), reason="../shared fixtures not present")
+pytestmark = [pytest.mark.long,
+              pytest.mark.skipif(not FIXTURE_SESSIONS.is_dir(), reason="../shared fixtures not present")]
 
 NOISE_MARKERS = ("Sender (untrusted metadata)", "[[reply_to", "⟦openclaw:ctx⟧", "[message_id:",
                  "A new session was started via /new or /reset", "Read HEARTBEAT.md")

@@ -28,7 +28,8 @@ from veritas_watch.daemon import load_redact_key
 from veritas_watch.model import RawRecord, SessionState, SourceRef
 from veritas_watch.pipeline import transform_records
 
-pytestmark = pytest.mark.skipif(not FIXTURE_SESSIONS.is_dir(), reason="../shared fixtures not present")
+pytestmark = [pytest.mark.long,
+              pytest.mark.skipif(not FIXTURE_SESSIONS.is_dir(), reason="../shared fixtures not present")]
 
 GROUP_FILES = ("b7383b91-a40c-4397-87f0-9c8de05ac0d4.jsonl.reset.2026-03-15T09-33-45.423Z",
                "df18cf05-d86e-46b5-aa16-1c385f01dc8f.jsonl")

@@ -48,6 +48,8 @@ from tests.openclaw_harness import (
     running_gateway,
 )
 
+pytestmark = pytest.mark.long  # minutes: started first (tests/conftest.py)
+
 PLUGIN = Path(__file__).resolve().parents[1] / "integrations" / "openclaw"
 TOKEN = "vw-plugin-test-token-7d2c"
 FACT = "Remember this: my sister Ingrid's birthday is on 14 March and she loves orchids."

@@ -36,6 +36,8 @@ from tests.openclaw_harness import (
     running_gateway,
 )
 
+pytestmark = pytest.mark.long  # minutes: started first (tests/conftest.py)
+
 # What a user pastes: real-looking values of the shapes OpenClaw 2026.9 masks. None of them is a live key.
 OPENAI_KEY = "sk-proj-Q7vX2mN9pL4kR8sT1wY6zA3bC5dE0fG2hJ4kL6mN8pQ1rS3tU5vW7xY9zHNzL"
 GITHUB_TOKEN = "ghp_Tj8kL2mN4pQ6rS8tU0vW2xY4zA6bC8dQjwR"

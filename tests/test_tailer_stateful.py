@@ -30,7 +30,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition,
 from tests.daemon_harness import InProcessDaemon, Ledger, append, assert_store_matches, line
 
 # watchdog warns when `mkdir -p` races its own recursive walk (it adds one watch twice): harmless.
-pytestmark = pytest.mark.filterwarnings("ignore:Callback with id:RuntimeWarning")
+pytestmark = [pytest.mark.long, pytest.mark.filterwarnings("ignore:Callback with id:RuntimeWarning")]
 
 SESSIONS = ("s1", "s2", "s3")
 

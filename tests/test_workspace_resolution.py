@@ -31,6 +31,8 @@ from veritas_watch.openclaw import (
     workspace_for,
 )
 
+pytestmark = pytest.mark.long  # minutes: started first (tests/conftest.py)
+
 # ---------------------------------------------------------------------------------------------
 # workspace_for: one row per config shape. Paths use {state}, {home} and {cwd} placeholders.
 
