@@ -262,7 +262,7 @@ def seed(data_dir: Path, state_dir: Path, cross_language: bool) -> int:
     store = EdgeStore(path, meta)
     for start in range(0, len(chunks), 256):
         part = chunks[start:start + 256]
-        store.upsert(make_points(embedder, [(c.point_id, c.embed_text, c.text, c.payload()) for c in part]))
+        store.upsert(make_points(embedder, [(c.point_id, c.text, c.context, c.payload()) for c in part]))
     store.close()
     meta_path(path).write_text(meta.to_json())
     for model in models:

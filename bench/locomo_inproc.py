@@ -126,7 +126,7 @@ def build_store(conversations: Sequence[Conversation], work: Path, embedder: Emb
     started = time.perf_counter()
     for start in range(0, len(chunks), 256):
         part = chunks[start:start + 256]
-        store.upsert(make_points(embedder, [(c.point_id, c.embed_text, c.text, c.payload()) for c in part]))
+        store.upsert(make_points(embedder, [(c.point_id, c.text, c.context, c.payload()) for c in part]))
     print(f"{len(chunks)} chunks stored in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
     return store
 

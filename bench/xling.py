@@ -61,7 +61,7 @@ def build(pool: Sequence[str], embedder: Embedder, path: Path) -> EdgeStore:
         payload: dict[str, object] = {"agent_id": AGENT, "type": "conversation", "data": text, "session_id": f"s{i}",
                                       "entry_id": f"m{i}", "role": "user", "chunk": 0, "timestamp": None,
                                       "source": "bench", "ts": None, "position": None}
-        items.append((point_id(AGENT, f"s{i}", f"m{i}", 0), text, text, payload))
+        items.append((point_id(AGENT, f"s{i}", f"m{i}", 0), text, "", payload))
     store.upsert(make_points(embedder, items))
     return store
 

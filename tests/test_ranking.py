@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from veritas_watch.ranking import (
+    DEFAULT_RANKING,
     ContextSlot,
     apply_floor,
     crosses_language,
@@ -192,9 +193,11 @@ def test_the_cross_language_list_counts_where_the_others_are_blind() -> None:
     sparse = [("en", 5.0)]
     xling = [("zh", 0.6), ("en", 0.2)]
     cjk = {"en": 0.0, "zh": 1.0}
-    # An English query: the Chinese memory gets the cross-language list at full weight plus sparse's share.
+    # An English query: the Chinese memory gets the cross-language list at full weight plus sparse's share,
+    # the English one dense's and sparse's.
     fused = dict(fuse_with_cross_language(dense, sparse, xling, "Which antibiotic?", cjk.__getitem__))
-    assert fused["zh"] == pytest.approx(2.0) and fused["en"] == pytest.approx(2.0)
+    both = 1.0 + DEFAULT_RANKING.sparse_weight
+    assert fused["zh"] == pytest.approx(both) and fused["en"] == pytest.approx(both)
     assert crosses_language(0.0, 1.0) and crosses_language(1.0, 0.2) and not crosses_language(0.9, 1.0)
     # Within one language it does not count (measured: it only cost recall on LoCoMo).
     same = dict(fuse_with_cross_language([("a", 0.9), ("b", 0.8)], [], [("b", 0.5), ("a", 0.1)], "query",

@@ -43,7 +43,7 @@ def store(embedder: Embedder, tmp_path_factory: pytest.TempPathFactory) -> Itera
             payload: dict[str, object] = {"agent_id": agent, "type": "conversation", "data": text, "session_id": "s",
                                           "entry_id": f"m{i}", "role": "user", "chunk": 0, "timestamp": None,
                                           "source": "test", "ts": None, "position": None}
-            items.append((point_id(agent, "s", f"m{i}", 0), text, text, payload))
+            items.append((point_id(agent, "s", f"m{i}", 0), text, "", payload))
         edge.upsert(make_points(embedder, items))
     yield edge
     edge.close()

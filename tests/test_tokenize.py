@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from veritas_watch.transforms.tokenize import (
+    CONTEXT_WEIGHT,
     DEFAULT_CONFIG,
     SparseVec,
     TokenizerConfig,
@@ -158,6 +159,20 @@ def test_longer_documents_weigh_a_term_less() -> None:
     short = index_of("cat", sparse_document("cat dog"))
     long = index_of("cat", sparse_document("cat " + " ".join(f"word{i}" for i in range(300))))
     assert short is not None and long is not None and long < short
+
+
+def test_the_previous_turn_s_words_count_at_the_context_weight() -> None:
+    reply, previous = "Wow, me too!", "I adopted a puppy named Biscuit"
+    vec = sparse_document(reply, context=previous)
+    own, context = tokens(reply), tokens(previous)
+    length = len(own) + CONTEXT_WEIGHT * len(context)
+    assert index_of("wow", vec) == pytest.approx(bm25_weight(1, length))
+    assert 0 < index_of("biscuit", vec) == pytest.approx(bm25_weight(CONTEXT_WEIGHT, length))  # type: ignore[operator]
+    # a turn that says the word itself outweighs a reply that only follows it
+    says_it = index_of("biscuit", sparse_document("Biscuit was adopted today!", context="How was your day?"))
+    assert says_it is not None and says_it > index_of("biscuit", vec)  # type: ignore[operator]
+    assert sparse_document(reply, context="") == sparse_document(reply)
+    assert sparse_document("!!!", context=previous).indices  # a reply of no words is found by what it answers
 
 
 def test_bm25_weight_matches_the_textbook_formula() -> None:

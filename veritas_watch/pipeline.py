@@ -36,6 +36,7 @@ from veritas_watch.model import (
     SessionState,
     Skip,
     SourceRef,
+    with_context,
 )
 from veritas_watch.sinks.store import SparseVector, Store, StoredPoint, StoreMeta, store_meta_for
 from veritas_watch.transforms.chunk import chunk_entry
@@ -223,14 +224,15 @@ CommitBatch = Callable[[Sequence[Work]], None]
 
 
 def make_points(embedder: Embedder, items: Sequence[tuple[str, str, str, dict[str, object]]]) -> list[StoredPoint]:
-    """(id, dense text, text, payload) -> points: the dense vector of the first, the sparse one of `text`,
-    and, with a cross-language model, its vector of `text` (the turn alone: measured, bench/locomo.py)."""
-    dense = embedder.embed_passages([dense_text for _, dense_text, _, _ in items])
+    """(id, text, context, payload) -> points: the dense vector of the context and the text, the sparse one
+    of the text with the context's words counting less, and, with a cross-language model, its vector of
+    the text alone (measured, bench/locomo.py). `context` is the session's previous turn, or ""."""
+    dense = embedder.embed_passages([with_context(text, context) for _, text, context, _ in items])
     xling_model = cross_language_of(embedder)
-    xling = xling_model.embed_passages([text for _, _, text, _ in items]) if xling_model is not None else None
+    xling = xling_model.embed_passages([text for _, text, _, _ in items]) if xling_model is not None else None
     points = []
-    for i, ((point_id, _, text, payload), vector) in enumerate(zip(items, dense, strict=True)):
-        sparse = sparse_document(text)
+    for i, ((point_id, text, context, payload), vector) in enumerate(zip(items, dense, strict=True)):
+        sparse = sparse_document(text, context=context)
         points.append(StoredPoint(point_id, vector.tolist(), SparseVector(sparse.indices, sparse.values), payload,
                                   xling[i].tolist() if xling is not None else None))
     return points
@@ -245,8 +247,7 @@ class Reembedder:
 
     def __call__(self, rows: Sequence[tuple[str, dict[str, object]]]) -> list[StoredPoint]:
         # The stored text alone: the previous turn is not kept in the payload.
-        return make_points(self.embedder, [(pid, str(p.get("data") or ""), str(p.get("data") or ""), p)
-                                           for pid, p in rows])
+        return make_points(self.embedder, [(pid, str(p.get("data") or ""), "", p) for pid, p in rows])
 
     def cross_language(self, texts: Sequence[str]) -> list[list[float]]:
         model = cross_language_of(self.embedder)
@@ -578,7 +579,7 @@ class Sink:
         return [c for pid, c in unique.items() if existing.get(pid) != c.payload()]
 
     def to_points(self, chunks: Sequence[Chunk]) -> list[StoredPoint]:
-        return make_points(self.embedder, [(c.point_id, c.embed_text, c.text, c.payload()) for c in chunks])
+        return make_points(self.embedder, [(c.point_id, c.text, c.context, c.payload()) for c in chunks])
 
     async def drain(self, timeout: float) -> bool:
         """Wait until every queued unit is stored (shutdown, backfill); `make_durable` then commits them."""

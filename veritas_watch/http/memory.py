@@ -237,7 +237,7 @@ async def memory_add(request: web.Request) -> web.Response:
         payload = chunk.payload()
         if metadata:
             payload["metadata"] = metadata
-        items.append((chunk.point_id, chunk.embed_text, chunk.text, payload))
+        items.append((chunk.point_id, chunk.text, chunk.context, payload))
 
     memory = daemon.memory
     points = await memory.in_query_thread(lambda: make_points(memory.embedder, items))  # not in the write path's queue
