@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixture_paths import shared_dir
-from veritas_watch.model import Block, ParsedLine, RawRecord, SessionState, Skip, SourceRef
+from veritas_watch.model import Block, ParsedLine, RawRecord, SessionState, Skip, SourceRef, with_context
 from veritas_watch.pipeline import Transformed, member_point_key, transform_records
 from veritas_watch.transforms.denoise import MAX_HISTORY_MESSAGES, clean_message, history_messages
 from veritas_watch.transforms.parse import parse_line
@@ -286,7 +286,7 @@ def test_members_are_redacted_like_any_message() -> None:
     out = run(records(event("c1", fenced(OLD_LABEL, items) + "\n\nthanks")))
     (member,) = members(out)
     assert secret not in str(member["data"]) and "[REDACTED:" in str(member["data"])
-    assert all(secret not in c.point_id and secret not in c.embed_text for c in out.chunks)
+    assert all(secret not in c.point_id and secret not in with_context(c.text, c.context) for c in out.chunks)
     assert [(f.finding.rule, f.location.render()) for f in out.found] == [("openai_project_key", "/s/g.jsonl:1")]
     assert out.found[0].seen_at == "2026-03-13T19:55:41.343Z"
     # The id hashes the redacted body (the secret's keyed fingerprint), never the secret: with another

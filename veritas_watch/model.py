@@ -143,10 +143,6 @@ class Chunk:
     context: str = ""
 
     @property
-    def embed_text(self) -> str:
-        return with_context(self.text, self.context)
-
-    @property
     def point_id(self) -> str:
         entry = self.entry
         return point_id(entry.agent_id, entry.session_id, entry.point_key or entry.entry_id, self.index)

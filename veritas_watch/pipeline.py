@@ -38,7 +38,7 @@ from veritas_watch.model import (
     SourceRef,
     with_context,
 )
-from veritas_watch.sinks.store import SparseVector, Store, StoredPoint, StoreMeta, store_meta_for
+from veritas_watch.sinks.store import Store, StoredPoint, StoreMeta, store_meta_for
 from veritas_watch.transforms.chunk import chunk_entry
 from veritas_watch.transforms.denoise import (
     HistoryMessage,
@@ -232,8 +232,7 @@ def make_points(embedder: Embedder, items: Sequence[tuple[str, str, str, dict[st
     xling = xling_model.embed_passages([text for _, text, _, _ in items]) if xling_model is not None else None
     points = []
     for i, ((point_id, text, context, payload), vector) in enumerate(zip(items, dense, strict=True)):
-        sparse = sparse_document(text, context=context)
-        points.append(StoredPoint(point_id, vector.tolist(), SparseVector(sparse.indices, sparse.values), payload,
+        points.append(StoredPoint(point_id, vector.tolist(), sparse_document(text, context=context), payload,
                                   xling[i].tolist() if xling is not None else None))
     return points
 
