@@ -235,6 +235,7 @@ def main() -> int:
             "hybrid": ({}, DEFAULT_RANKING),
             "hybrid + floor (the default)": ({"floor": floor}, DEFAULT_RANKING),
             "default without the time cue": ({"floor": floor}, dataclasses.replace(DEFAULT_RANKING, time_boost=0.0)),
+            "default without the when cue": ({"floor": floor}, dataclasses.replace(DEFAULT_RANKING, when_boost=0.0)),
         }
         out = {}
         for label, (fields, ranking) in setups.items():

@@ -246,6 +246,7 @@ def main() -> None:
                  args.misses)
     print_recall("TruffleHog detector tests (third set)", measure(public["trufflehog"], spans), args.misses)
     print_recall("Kingfisher rule examples (fourth set)", measure(public["kingfisher"], spans), args.misses)
+    print_recall("secretlint rule tests (sixth set)", measure(public["secretlint"], spans), args.misses)
     print_recall("detect-secrets code lines (fifth set; family = kind of value, shape = its list)",
                  measure(code_line_corpus(), spans), args.misses)
     shared = SHARED.parent

@@ -41,6 +41,10 @@ The recall corpora of tests/secret_corpus_public.py are built from secrets nobod
   tests/secret_corpus_public.py puts generated values of four kinds into each line. Measured blind first
   (README). Its own values (`m{{h}o)p${e]nob(ody…`, a phrase with spaces, `A,.:-¨@*¿?!`) are not kept.
 
+- sixth set: secretlint (`packages/@secretlint/secretlint-rule-*/test/snapshots/*`): the value each finding of
+  a rule's snapshot tests names, with the test input as its example text; cases without findings are negative
+  examples; values generated from the rules' regex literals (`secretlint_samples`). Measured blind first.
+
 Every set: a URL with a password in its userinfo gives the password; a sample that is a published example
 (the detector's `is_documented_example`) is `documented_example`, test filler (`abc123def456...`,
 `1234567890`, a unit said three times) is `filler`, and neither is counted by the recall measurement.
@@ -53,6 +57,7 @@ checkouts of the repositories to regenerate:
   .venv/bin/python bench/rule_samples.py --trufflehog ../trufflehog
   .venv/bin/python bench/rule_samples.py --kingfisher ../kingfisher
   .venv/bin/python bench/rule_samples.py --detect-secrets ../detect-secrets
+  .venv/bin/python bench/rule_samples.py --secretlint ../secretlint
 """
 
 from __future__ import annotations
@@ -971,6 +976,186 @@ def trufflehog_samples(root: Path, rng: random.Random) -> list[dict[str, Any]]:
     return out
 
 
+# ---------------------------------------------------------------------------------------------
+# secretlint (the sixth set)
+
+# Rules of secretlint that find no credential value: a file's kind or name (`.env`, a `kind: Secret`
+# manifest, a `.p12` or service-account file), a home directory, the user's own patterns, test rules.
+_SL_SKIPPED = frozenset({"example", "internal-test-cjs", "internal-test-esm", "pattern", "filter-comments",
+                         "no-homedir", "no-dotenv", "no-k8s-kind-secret", "gcp", "preset-recommend",
+                         "preset-canary"})
+# What a rule reports that accompanies a credential (an account, a tenant, a client id): not credentials.
+_SL_IDENTIFIER_MESSAGES = frozenset({"AWSAccountID", "AzureTenantId", "AzureClientId"})
+# Rules (or one pattern of a rule) whose regex admits far more than the format: lengths of 1 to 128 in
+# every part (SendGrid, Slack, GitHub's installation tokens), any text (npm, PEM bodies), random base64
+# where the format is base64 of JSON (1Password's `ops_eyJ...`, Grafana Cloud's `glc_eyJ...`), any-case
+# hex (secp256k1). Only the values their tests hold count, as for gitleaks' `_EXAMPLES_ONLY`.
+_SL_EXAMPLES_ONLY = frozenset({"privatekey", "npm", "sendgrid", "slack", "1password", "secp256k1-privatekey",
+                               "github:GITHUB_APP_INSTALLATION_TOKEN_PATTERN",
+                               "grafana:GRAFANA_CLOUD_API_TOKEN_PATTERN"})
+_JS_REGEX_RE = re.compile(r"(?:=|\()\s*/((?:\\.|\[(?:\\.|[^\]\\\n])*\]|[^/\\\[\n])+)/([dgimsuvy]*)\s*[;,)]")
+_SL_VALUE_KEYS = ("KEY", "TOKEN", "SECRET", "ID", "URI", "CREDENTIAL", "URL")
+
+
+def _sl_patterns(source: str) -> list[tuple[str, str, int]]:
+    """(variable name, Python pattern, flags) of every regex literal in a rule's source (`const X = /.../gu;`);
+    patterns built with `new RegExp(...)` from pieces are not read."""
+    out = []
+    for m in _JS_REGEX_RE.finditer(source):
+        body, js_flags = m.group(1), m.group(2)
+        name = re.search(r"(\w+)\s*=\s*$", source[max(0, m.start() - 80) : m.start() + 1])
+        body = body.replace(r"\p{L}", r"[^\W\d_]").replace(r"\/", "/")
+        body = re.sub(r"\(\?<(?![=!])", "(?P<", body)  # a JS named group
+        py, flags = to_python(body)
+        flags |= re.I if "i" in js_flags else 0
+        out.append((name.group(1) if name else "pattern", py, flags))
+    return out
+
+
+def _sl_generated(py: str, flags: int, rng: random.Random) -> list[str]:
+    """Values generated from a secretlint pattern: the whole match (its groups only name the prefix or
+    kind), or the group it names `password` (a URL's userinfo)."""
+    try:
+        compiled = re.compile(py, flags)
+        parsed = sre_parse.parse(py, flags)
+    except (re.error, ValueError, OverflowError):
+        return []
+    group = compiled.groupindex.get("password")
+    out: list[str] = []
+    tries = 0
+    while len(out) < PER_RULE and tries < PER_RULE * 30:
+        tries += 1
+        try:
+            text = Gen(rng).run(parsed)
+        except (ValueError, IndexError, RecursionError):
+            return out
+        m = compiled.search(" " + text + " ")
+        if not m:
+            continue
+        secret = (m.group(group) or "") if group else m.group(0)
+        if len(secret) >= 8 and secret not in out and "\n" not in secret and secret.strip() == secret:
+            out.append(secret)
+    return out
+
+
+def _sl_counted_run(secret: str) -> bool:
+    """Test filler of a counted run: eight or more letters or digits in order, forwards or backwards, case
+    and doubling aside (`aBcDeFgHiJ...`, `aAbBcCdD...`, `zYxWvUtSrQ...`, `FEDCBA9876543210`)."""
+    low = secret.lower()
+    chars = [ch for i, ch in enumerate(low) if ch.isalnum() and (i == 0 or ch != low[i - 1])]
+    for step in (1, -1):
+        run = 1
+        for i in range(1, len(chars)):
+            a, b = chars[i - 1], chars[i]
+            same_kind = a.isdigit() == b.isdigit()
+            run = run + 1 if same_kind and ord(b) - ord(a) == step else 1
+            if run >= 8:
+                return True
+    return False
+
+
+def _sl_example(text: str, secret: str) -> str:
+    """The test input around `secret`, whole lines, about 4,000 characters at most."""
+    if len(text) <= 4000:
+        return text
+    at = text.index(secret)
+    start = text.rfind("\n", 0, max(0, at - 1500)) + 1
+    end = text.find("\n", at + len(secret) + 1500)
+    return text[start : end if end >= 0 else len(text)]
+
+
+def _sl_ident(pkg: str) -> str:
+    """The name a user calls the secret by: the rule's provider (`hashicorp-vault` -> vault)."""
+    return {"hashicorp-vault": "vault", "secp256k1-privatekey": "secp256k1"}.get(pkg, re.sub(r"[^a-z0-9]", "", pkg))
+
+
+def _sl_kind(pkg: str) -> str:
+    """The rule's name as `_family` reads it (`privatekey` is a private key)."""
+    return pkg.replace("privatekey", "private-key")
+
+
+def secretlint_samples(root: Path, rng: random.Random) -> list[dict[str, Any]]:
+    """secretlint (`packages/@secretlint/secretlint-rule-*`): every rule's snapshot tests
+    (`test/snapshots/<case>/input*` and the `output.json` secretlint writes for it).
+
+    - A case with findings gives the value each finding names (`data.KEY`, `TOKEN`, `SECRET`, `URI`, ...,
+      as found in the input; the input is its example text). A URL's or connection string's credential
+      is the password of its userinfo (`mongodb+srv://appuser:myR3alP@ssw0rd@cluster0...` gives
+      `myR3alP@ssw0rd`); a password of fewer than 6 characters (`user:pass`) is not kept.
+    - A case without findings and without options of its own (`ok.valid`, `placeholder-xxx`) is a negative
+      example; one that passes only because its `.secretlintrc.json` allows the value is neither.
+    - Rules that report no credential value (a `.env` file exists, a home directory, a `kind: Secret`
+      manifest, a `.p12` file, the user's own patterns) and identifier findings (AWS account id, Azure
+      tenant and client ids) are skipped.
+    - Values are also generated from each rule's regex literals (not the `new RegExp(...)` patterns built
+      from pieces), except for rules whose regex admits far more than the format (`_SL_EXAMPLES_ONLY`).
+    """
+    packages = root / "packages" / "@secretlint"
+    out: list[dict[str, Any]] = []
+    for rule_dir in sorted(packages.glob("secretlint-rule-*")):
+        pkg = rule_dir.name.removeprefix("secretlint-rule-")
+        if pkg in _SL_SKIPPED:
+            continue
+        seen: set[str] = set()
+        for case in sorted((rule_dir / "test" / "snapshots").glob("*")):
+            output = case / "output.json"
+            if not output.is_file():
+                continue
+            result = json.loads(output.read_text(encoding="utf-8"))
+            text = result.get("sourceContent")
+            if not isinstance(text, str):
+                continue
+            messages = result.get("messages") or []
+            if not messages:
+                if not (case / ".secretlintrc.json").exists() and not case.name.startswith("options."):
+                    out.append({"source": "secretlint", "rule": f"{pkg}:{case.name}", "family": _family(_sl_kind(pkg)),
+                                "ident": _sl_ident(pkg), "secret": "", "origin": "negative",
+                                "example": text[:4000]})
+                continue
+            for message in messages:
+                mid = message.get("messageId") or ""
+                data = message.get("data") or {}
+                if mid in _SL_IDENTIFIER_MESSAGES:
+                    continue
+                value = next((data[k] for k in _SL_VALUE_KEYS if isinstance(data.get(k), str) and data[k] in text),
+                             None)
+                if not value:
+                    continue
+                rid, ident, family = f"{pkg}:{mid}", _sl_ident(pkg), _family(f"{_sl_kind(pkg)} {mid}")
+                if re.match(r"(?:jdbc:)?[a-z][\w+.-]*://", value):
+                    url = re.sub(r"^jdbc:", "", value.rstrip("\"';)"))
+                    password = _url_password(url)
+                    if password is None:
+                        continue
+                    value = password
+                    scheme = url.split(":", 1)[0].split("+")[0]
+                    rid, family = f"{pkg}:{mid}:password", "url_and_auth"
+                    ident = scheme if pkg == "database-connection-string" else ident
+                if len(value) < 6 or value in seen:
+                    continue
+                seen.add(value)
+                origin = "filler" if _sl_counted_run(value) else "example"
+                out.append({"source": "secretlint", "rule": rid, "family": family, "ident": ident, "secret": value,
+                            "origin": origin, "example": _sl_example(text, value)})
+        if pkg in _SL_EXAMPLES_ONLY:
+            continue
+        source = "\n".join(p.read_text(encoding="utf-8") for p in sorted((rule_dir / "src").glob("*.ts")))
+        for name, py, flags in _sl_patterns(source):
+            if f"{pkg}:{name}" in _SL_EXAMPLES_ONLY:
+                continue
+            generated = _sl_generated(py, flags, rng)
+            password = "?P<password>" in py
+            label = re.sub(r"(?i)_?patte?rn$", "", name) or pkg
+            for secret in generated:
+                if secret in seen:
+                    continue
+                seen.add(secret)
+                out.append({"source": "secretlint", "rule": f"{pkg}:{label}" + (":password" if password else ""),
+                            "family": "url_and_auth" if password else _family(f"{_sl_kind(pkg)} {label}"),
+                            "ident": _sl_ident(pkg), "secret": secret, "origin": "generated"})
+    return out
+
+
 SECRET_MARK = "<SECRET>"
 
 
@@ -1017,6 +1202,7 @@ def main() -> None:
     parser.add_argument("--noseyparker", type=Path, help="a noseyparker checkout")
     parser.add_argument("--trufflehog", type=Path, help="a trufflehog checkout")
     parser.add_argument("--kingfisher", type=Path, help="a kingfisher checkout")
+    parser.add_argument("--secretlint", type=Path, help="a secretlint checkout")
     parser.add_argument("--detect-secrets", type=Path, help="a detect-secrets checkout (code-line shapes)")
     parser.add_argument("--seed", type=int, default=20261201)
     parser.add_argument("--out", type=Path, default=OUT,
@@ -1034,7 +1220,8 @@ def main() -> None:
     for name, root, fn in (("gitleaks", args.gitleaks, gitleaks_samples),
                            ("noseyparker", args.noseyparker, noseyparker_samples),
                            ("trufflehog", args.trufflehog, trufflehog_samples),
-                           ("kingfisher", args.kingfisher, kingfisher_samples)):
+                           ("kingfisher", args.kingfisher, kingfisher_samples),
+                           ("secretlint", args.secretlint, secretlint_samples)):
         if args.reclean:
             samples = json.loads(gzip.decompress((out / f"public_rules_{name}.json.gz").read_bytes()))
         elif root is None:

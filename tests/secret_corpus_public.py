@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 DATA = Path(__file__).resolve().parent / "data"
-CORPORA = ("gitleaks", "noseyparker", "trufflehog", "kingfisher")
+CORPORA = ("gitleaks", "noseyparker", "trufflehog", "kingfisher", "secretlint")
 SHAPES = ("en", "zh", "shell", "code", "json", "env", "example")
 
 

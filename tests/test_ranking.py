@@ -12,6 +12,7 @@ from veritas_watch.ranking import (
     DEFAULT_RANKING,
     ContextSlot,
     apply_floor,
+    asks_when,
     crosses_language,
     expand_context,
     fuse_with_cross_language,
@@ -21,11 +22,13 @@ from veritas_watch.ranking import (
     neighbour_keys,
     neighbour_support,
     rrf_fuse,
+    says_when,
     score_fuse,
     sequence_neighbours,
     session_boost,
     time_cue,
     time_cues,
+    when_cue,
 )
 
 ranked_lists = st.lists(
@@ -338,3 +341,51 @@ def test_time_cue_lifts_memories_of_the_named_day_only() -> None:
     assert time_cue(ranked, day.get, "on February 1, 2023", 0.0) == ranked
     # both dated memories are of 2023: their order stays, the undated one falls behind
     assert [k for k, _ in time_cue(ranked, day.get, "in 2023", 0.4)] == ["b", "a", "c", "d"]
+
+
+# ------------------------------------------------------------------ when cue
+
+
+@pytest.mark.parametrize("query", [
+    "When did Jolene finish her robotics project?", "when is the dentist", "How long did James date Samantha?",
+    "Which year did Audrey adopt her dogs?", "What month is the wedding?", "how many weeks was the trip",
+    "So when did we last talk about the budget?", "Since when does he play chess?",
+    "她什么时候去的北京？", "いつ東京に引っ越しましたか", "他學鋼琴多久了",
+])
+def test_questions_that_ask_for_a_time(query: str) -> None:
+    assert asks_when(query)
+
+
+@pytest.mark.parametrize("query", [
+    "What did Melanie paint?", "What did she say when I asked about the trip?", "Where is the key?",
+    "how many dogs does Andrew have", "whenever you like", "她喜欢什么书", "好きな食べ物は何ですか",
+])
+def test_questions_that_do_not_ask_for_a_time(query: str) -> None:
+    assert not asks_when(query)
+
+
+@pytest.mark.parametrize("text", [
+    "I finally wrapped that up last month.", "Yesterday I went bowling.", "I've had them for 3 years!",
+    "We met two weeks ago at the beach.", "Let's go hiking next month.", "the concert is on Friday at 8pm",
+    "I moved here in 2019.", "See you in May!", "as a kid I loved trains", "我去年去了北京。", "先週東京に行きました。",
+])
+def test_memories_that_say_a_time(text: str) -> None:
+    assert says_when(text)
+
+
+@pytest.mark.parametrize("text", [
+    "I love my dogs, Pepper and Panda.", "You may want to check the settings.", "I will march on.",
+    "The robotics project is tough.", "Mine is a beagle.", "我喜欢猫。", "猫が好きです。",
+])
+def test_memories_that_say_no_time(text: str) -> None:
+    assert not says_when(text)
+
+
+def test_when_cue_lifts_memories_that_say_a_time_for_a_when_question_only() -> None:
+    text = {"topic": "The robotics project is tough.", "answer": "I finished the project last month.",
+            "other": "Nice dogs!"}
+    ranked = [("topic", 1.0), ("answer", 0.8), ("other", 0.5)]
+    cued = when_cue(ranked, text.__getitem__, "When did Jolene finish her project?", 0.4)
+    assert cued[0] == ("answer", pytest.approx(0.8 * 1.4)) and [k for k, _ in cued[1:]] == ["topic", "other"]
+    assert when_cue(ranked, text.__getitem__, "What is Jolene's project?", 0.4) == ranked
+    assert when_cue(ranked, text.__getitem__, "When did Jolene finish her project?", 0.0) == ranked

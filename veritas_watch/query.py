@@ -44,6 +44,7 @@ from veritas_watch.ranking import (
     speaker_cue,
     speaker_of_text,
     time_cue,
+    when_cue,
 )
 from veritas_watch.sinks.store import XLING, Hit, OrderField, SearchMode, SearchQuery, SparseVector, Store
 from veritas_watch.transforms.tokenize import TokenizerConfig, cjk_fraction, sparse_query
@@ -318,8 +319,8 @@ def _entry_texts(store: Store, hits: Sequence[tuple[str, dict[str, object], bool
 
 def _fuse(dense: Sequence[Hit], sparse: Sequence[Hit], xling: Sequence[Hit], payloads: dict[str, dict[str, object]],
           request: MemoryRequest, ranking: RankingConfig) -> list[tuple[str, float]]:
-    """The candidate lists fused, then the neighbour support, the session boost, the speaker cue and the
-    time cue."""
+    """The candidate lists fused, then the neighbour support, the session boost, the speaker cue, the
+    time cue and the when cue."""
     if xling:
         def cjk_of(key: str) -> float:
             return cjk_fraction(str(payloads[key].get("data") or ""))
@@ -333,7 +334,8 @@ def _fuse(dense: Sequence[Hit], sparse: Sequence[Hit], xling: Sequence[Hit], pay
     ranked = speaker_cue(ranked, lambda key: speaker_of_text(str(payloads[key].get("data") or ""),
                                                              payloads[key].get("speaker")),
                          request.text, ranking.speaker_boost)
-    return time_cue(ranked, lambda key: _ts(payloads[key]), request.text, ranking.time_boost)
+    ranked = time_cue(ranked, lambda key: _ts(payloads[key]), request.text, ranking.time_boost)
+    return when_cue(ranked, lambda key: str(payloads[key].get("data") or ""), request.text, ranking.when_boost)
 
 
 def _ts(payload: dict[str, object]) -> float | None:

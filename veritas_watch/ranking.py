@@ -62,6 +62,11 @@ class RankingConfig:
     # LoCoMo R@10 dev .792 -> .799, left-out .760 -> .764 (0.2: .798 / .764, 1.0: .802 / .767; counting
     # a week after the named period as well measured alike; bench/locomo_inproc.py).
     time_boost: float = 0.4
+    # A question that asks when ("When did...", "How long...", "Which year...", "什么时候", "いつ") ranks the
+    # memories that say a time ("yesterday", "last week", "three years ago", "in May") at score x (1 +
+    # when_boost): the answer to "when" is a time expression (LoCoMo: 82-86% of such questions' evidence has
+    # one, 20-22% of all turns). The cues' weight, not tuned: R@10 dev .810 -> .811, left-out .770 -> .780.
+    when_boost: float = 0.4
 
 
 DEFAULT_RANKING = RankingConfig()
@@ -299,6 +304,54 @@ def time_cue(ranked: Ranked[K], ts_of: Callable[[K], float | None], query: str,
         return any(within_cue(moment, cue) for cue in cues)
 
     return sorted(((key, score * (1 + boost) if cued(key) else score) for key, score in ranked),
+                  key=lambda item: -item[1])
+
+
+_UNITS = r"(?:minutes?|hours?|days?|nights?|weeks?|weekends?|months?|years?|decades?)"
+_WEEKDAYS = r"(?:mon|tues|wednes|thurs|fri|satur|sun)days?"
+_SEASONS = r"(?:spring|summer|fall|autumn|winter)"
+_ASKS_WHEN = re.compile(
+    r"^\W*(?:when|since when|what (?:time|year|month|date|day)|which (?:year|month|date|day)|how long"
+    r"|how many (?:hours|days|weeks|months|years))\b"
+    r"|\bwhen (?:did|do|does|is|was|were|will|would|are|has|have|had|can|could|should)\b"
+    r"|什么时候|甚麼時候|什麼時候|何时|何時|哪一?年|几月|幾月|几号|多久|多长时间|多長時間|いつ(?!も|か|でも)|何年|何月|何日"
+    r"|どのくらい",
+    re.I)
+_CJK_NUMBER = r"[\d０-９一二三四五六七八九十两兩半]+"
+_SAYS_WHEN = re.compile(
+    r"\b(?:yesterday|today|tonight|tomorrow|recently|lately|ago|nowadays"
+    rf"|(?:this|last|next|past|coming|previous|every|that) (?:morning|afternoon|evening|night|{_WEEKDAYS}|{_UNITS}"
+    rf"|{_SEASONS})"
+    rf"|(?:a|an|one|two|three|four|five|six|seven|eight|nine|ten|few|several|couple(?: of)?|\d+) (?:more )?{_UNITS}"
+    r"|(?:once|twice|\d+ times) a (?:day|week|month|year)"
+    rf"|{_WEEKDAYS}|{_SEASONS}|(?:19|20)\d\d|\d{{1,2}}(?::\d\d)? ?(?:am|pm)|when I was|as a (?:kid|child|teen)"
+    r"|january|february|april|june|july|august|september|october|november|december|(?-i:May|March))\b"
+    r"|昨天|今天|明天|前天|后天|[上下这這本每]个?(?:周|星期|礼拜|禮拜|月)|去年|今年|明年|每[天年晚日]|最近|以前"
+    r"|早上|上午|中午|下午|晚上|凌晨|春天|夏天|秋天|冬天|星期[一二三四五六日天]|周[一二三四五六日末]"
+    r"|昨日|今日|明日|[先来今毎]週|[先来今毎]月|昨年|来年|毎[年日晩朝]|午前|午後|[月火水木金土日]曜"
+    rf"|{_CJK_NUMBER}\s*(?:个|個|か|ヶ|ケ)?\s*(?:年|月|天|日|号|號|周|週|星期|小时|小時|时|時|分钟|分鐘|回|次)"
+    r"|[\d０-９二两兩三四五六七八九十]+\s*[点點]|一[点點](?:钟|鐘|半)",
+    re.I)
+
+
+def asks_when(query: str) -> bool:
+    """Whether a question asks for a time: "When did...", "How long...", "Which year...", "什么时候", "いつ"."""
+    return _ASKS_WHEN.search(query) is not None
+
+
+def says_when(text: str) -> bool:
+    """Whether a memory says a time: "yesterday", "last week", "three years ago", "in May", "去年", "先週"."""
+    return _SAYS_WHEN.search(text) is not None
+
+
+def when_cue(ranked: Ranked[K], text_of: Callable[[K], str], query: str, boost: float) -> list[tuple[K, float]]:
+    """For a question that asks when, memories that say a time rank higher: `score x (1 + boost)`.
+
+    "When did Jolene finish her robotics project?" is answered by "I finally wrapped that up last month",
+    not by the turns that only talk about the project. Any other query is unchanged."""
+    if boost <= 0 or not asks_when(query):
+        return list(ranked)
+    return sorted(((key, score * (1 + boost) if says_when(text_of(key)) else score) for key, score in ranked),
                   key=lambda item: -item[1])
 
 
