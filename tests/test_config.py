@@ -56,6 +56,13 @@ def test_workspace_resolution(tmp_path: Path) -> None:
         ("[http]\nhost = '0.0.0.0'\n", "http.host: '0.0.0.0' is not a loopback address"),
         ("nonsense = [", "invalid TOML"),
         ("[nope]\n", "nope: unknown section"),
+        ("[embedding]\nchunk_chars = 100\nchunk_overlap = 200\n", "embedding.chunk_overlap: expected less than"),
+        ("[embedding]\nchunk_chars = 100\nchunk_overlap = 100\n", "embedding.chunk_overlap: expected less than"),
+        ("[watch]\nsweep_interval = nan\n", "watch.sweep_interval: expected a number"),
+        ("[gaps]\ntolerance = inf\n", "gaps.tolerance: expected a number"),
+        ("[store]\nurl = 'ftp://qdrant.example'\n", "store.url: expected the http:// or https:// URL"),
+        ("[store]\nurl = 'qdrant.example:6333'\n", "store.url: expected the http:// or https:// URL"),
+        ("[store]\nurl = 'http://qdrant.example:port'\n", "store.url: expected the http:// or https:// URL"),
     ],
 )
 def test_bad_config_is_one_line_naming_the_key(tmp_path: Path, toml: str, message: str) -> None:
@@ -72,7 +79,8 @@ def test_bad_config_is_one_line_naming_the_key(tmp_path: Path, toml: str, messag
 
 @pytest.mark.parametrize(("var", "value", "key"), [("VERITAS_WATCH_HTTP_PORT", "80a", "http.port"),
                                                   ("VERITAS_WATCH_FORCE_POLLING", "maybe", "watch.force_polling"),
-                                                  ("VERITAS_WATCH_LOG_LEVEL", "loud", "log.level")])
+                                                  ("VERITAS_WATCH_LOG_LEVEL", "loud", "log.level"),
+                                                  ("VERITAS_WATCH_STORE_URL", "ftp://x", "store.url")])
 def test_a_bad_environment_variable_is_named_by_the_variable(tmp_path: Path, var: str, value: str, key: str) -> None:
     with pytest.raises(ConfigError, match=f"^{var} \\(overrides {key}\\): "):
         load_config(None, {var: value})
@@ -94,3 +102,20 @@ def test_example_config_is_valid_and_complete() -> None:
         assert f"[{section.name}]" in text
         for key in dataclasses.fields(getattr(config, section.name)):
             assert f"\n{key.name} = " in text, f"{section.name}.{key.name} undocumented"
+
+
+def test_choices_are_names_in_any_case_and_a_server_url_is_kept(tmp_path: Path) -> None:
+    config = load_config(None, {"VERITAS_WATCH_LOG_LEVEL": "DEBUG", "VERITAS_WATCH_LOG_FORMAT": "JSON",
+                                "VERITAS_WATCH_STORE_URL": "https://qdrant.example:6333"})
+    assert (config.log.level, config.log.format, config.store.url) == ("debug", "json", "https://qdrant.example:6333")
+
+
+def test_an_unusable_data_dir_is_one_line(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VERITAS_")}
+    out = subprocess.run([sys.executable, "-m", "veritas_watch.cli", "status"], capture_output=True, text=True,
+                         timeout=60, cwd=REPO, env={**env, "VERITAS_WATCH_DATA_DIR": str(blocker / "data"),
+                                                    "HOME": str(tmp_path)})
+    assert out.returncode == 1 and out.stderr.strip().splitlines() == [
+        f"veritas-watch: {blocker / 'data'}: Not a directory"], out.stderr

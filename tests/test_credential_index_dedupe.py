@@ -283,6 +283,27 @@ def test_rows_wait_in_the_data_dir_until_the_workspace_appears(tmp_path: Path) -
     assert len(read_index(workspace / INDEX_FILE)) == CREDENTIALS
 
 
+def test_a_refused_write_keeps_its_rows_until_the_index_can_be_written(tmp_path: Path) -> None:
+    """An index that links out of the workspace is never followed; the rows wait and are written once the
+    link is gone (they were lost before)."""
+    state = tmp_path / "state"
+    config, key = data_dir_config(state, tmp_path / "data")
+    capture = CredentialCapture(config)
+    workspace = capture.workspace("ops")
+    workspace.mkdir(parents=True)
+    outside = tmp_path / "outside.md"
+    outside.write_text("someone else's file\n")
+    (workspace / INDEX_FILE).symlink_to(outside)
+    redacted, _ = redact_with_matches(f"DEEPSEEK_API_KEY={DEEPSEEK}", key)
+    ref = SourceRef("jsonl", f"/s/agents/ops/sessions/{SESSION}.jsonl", line=1)
+    capture.capture([Found("ops", SESSION, f, ref, "2026-03-20T10:00:01.000Z") for f in redacted.findings])
+    assert outside.read_text() == "someone else's file\n" and capture.pending_counts() == {"ops": 1}
+    assert capture.flush_pending() == 0 and capture.pending_counts() == {"ops": 1}  # still refused
+    (workspace / INDEX_FILE).unlink()
+    assert capture.flush_pending() == 1 and capture.pending_counts() == {}
+    assert [r.key_name for r in read_index(workspace / INDEX_FILE)] == ["DEEPSEEK_API_KEY"]
+
+
 def test_a_new_finding_flushes_what_waited_first_and_other_agents_keep_waiting(tmp_path: Path) -> None:
     state = tmp_path / "state"
     config, key = data_dir_config(state, tmp_path / "data")

@@ -456,6 +456,47 @@ def test_f6_deeply_nested_json_is_a_400_and_one_log_line(default_daemon: DaemonP
     assert status == 200
 
 
+def test_f6_nan_and_infinity_are_not_json(default_daemon: DaemonProcess) -> None:
+    """Python's parser reads NaN, Infinity and 1e400 (inf); a NaN time reached the store's range filter and
+    panicked inside it (the connection dropped, a traceback in the log). Now each is a 400."""
+    daemon = default_daemon
+    bodies = [(path, body.replace(b"@", value)) for value in (b"NaN", b"Infinity", b"-Infinity", b"1e400")
+              for path, body in (("/memory/search", b'{"agent_id": "main", "query": "x", "since": @}'),
+                                 ("/memory/search", b'{"agent_id": "main", "query": "x", "until": @}'),
+                                 ("/memory/context", b'{"agent_id": "main", "query": "x", "since": @}'),
+                                 ("/memory/add", b'{"agent_id": "main", "text": "x", "metadata": {"a": @}}'))]
+    for path, body in bodies:
+        status, answer = call(daemon, "POST", path, body)
+        assert status == 400 and ("JSON value" in answer["error"] or "out of range" in answer["error"]), (
+            path, body, status, answer)
+    assert "Traceback" not in daemon.log_text() and "panicked" not in daemon.log_text()
+    status, _ = call(daemon, "POST", "/memory/search", {"agent_id": "main", "query": "gate", "since": 1e9})
+    assert status == 200
+
+
+def test_f6_a_request_aiohttp_refuses_is_one_log_line(default_daemon: DaemonProcess) -> None:
+    """A request without a Host header never reaches our handlers: aiohttp answers 400 and logs it through
+    Python's logging, which the daemon turns into one structured line (it printed a traceback)."""
+    daemon = default_daemon
+    info = json.loads((daemon.data_dir / "daemon.json").read_text())
+    before = len(daemon.events("library_log"))
+    with socket.create_connection((info["host"], info["port"]), timeout=10) as conn:
+        conn.sendall(b"GET /health HTTP/1.1\r\n\r\n")
+        assert conn.recv(100).split(b"\r\n")[0].endswith(b"400 Bad Request")
+    line = wait_for(lambda: daemon.events("library_log")[before:], what="the refusal logged")[0]
+    assert line["logger"] == "aiohttp.server" and "Host" in line["error"], line
+    assert "Traceback" not in daemon.log_text()
+
+
+def test_f6_a_body_announced_too_long_is_refused_before_it_is_sent(default_daemon: DaemonProcess) -> None:
+    info = json.loads((default_daemon.data_dir / "daemon.json").read_text())
+    with socket.create_connection((info["host"], info["port"]), timeout=10) as conn:
+        conn.sendall(f"POST /memory/search HTTP/1.1\r\nHost: {info['host']}:{info['port']}\r\n"
+                     "Content-Type: application/json\r\nContent-Length: 1000000000\r\n\r\n{".encode())
+        answer = conn.recv(1000)  # within the timeout: the 1 GB is never waited for
+    assert answer.split(b"\r\n")[0].endswith(b"413 Request Entity Too Large") and b"body over" in answer, answer
+
+
 # 7. loopback -------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("host", "loopback"), [

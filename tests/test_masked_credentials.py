@@ -629,6 +629,32 @@ def test_a_mask_is_indexed_as_masked_and_nothing_reads_task_runs_without_a_vault
     assert "sk-pro" not in content and "HNzL" not in content and "***" not in content
 
 
+# A tool result as OpenClaw 2026.9.6 wrote it (real OpenClaw, an `exec` echoing two credentials): the output is
+# in `content` and again in `details.aggregated`, masked differently.
+TOOL_RESULT_TWICE = {
+    "type": "message", "id": "4c1805c0", "parentId": "b220c7a5", "timestamp": "2026-12-03T02:23:55.123Z",
+    "message": {"role": "toolResult", "toolCallId": "call_5f02", "toolName": "exec",
+                "content": [{"type": "text", "text": "DATABASE_URL=postgres://admin:***@db.prod:5432/main\n"
+                                                     "SENDGRID_API_KEY=SG.nge\u2026s5cr"}],
+                "details": {"status": "completed", "exitCode": 0, "durationMs": 30,
+                            "aggregated": "DATABASE_URL=postgres://admin:***@db.prod:5432/main\nSENDGRID_API_KEY=***"},
+                "isError": False, "timestamp": 1796264635121}}
+
+
+def test_a_tool_result_carrying_its_output_twice_gives_one_row_per_credential(tmp_path: Path) -> None:
+    record = RawRecord("ops", json.dumps(TOOL_RESULT_TWICE).encode(), SourceRef("sqlite", "db", session_id="s", seq=21))
+    out = transform_records([record], SessionState("s"), fallback_session="s", redact_key=KEY, max_line_bytes=1 << 20,
+                            chunk_chars=2000, chunk_overlap=0)
+    assert sorted((f.finding.service, f.finding.key_name, f.finding.masked) for f in out.found) == [
+        ("PostgreSQL", "admin@db.prod", "opaque"), ("SendGrid", "SENDGRID_API_KEY", "hinted")]
+    capture = CredentialCapture(make_config(tmp_path), task_runs=ScriptedTaskRuns(Recovery("found", "x", "t1")))
+    workspace = capture.workspace("ops")
+    workspace.mkdir(parents=True)
+    capture.capture(out.found)
+    assert sorted((r.service, r.key_name) for r in read_index(workspace / INDEX_FILE)) == [
+        ("PostgreSQL", "admin@db.prod"), ("SendGrid", "SENDGRID_API_KEY")]
+
+
 def test_with_a_vault_the_value_behind_the_mask_is_vaulted(tmp_path: Path) -> None:
     identity = pyrage.x25519.Identity.generate()
     config = make_config(tmp_path, vault=str(identity.to_public()))

@@ -270,7 +270,8 @@ def drive(w: World) -> None:
         timeout=120, interval=0.3, what="veritas-watch stored the fact")
     w.fact_id = found[0]["id"]
     gw.agent("main", "/new")  # a new conversation: the fact is no longer in the model's context
-    search = tool_call("memory_search", {"query": "Ingrid birthday"})
+    # `since` as a number (epoch seconds, 2001): OpenClaw checks the arguments against the tool's schema first
+    search = tool_call("memory_search", {"query": "Ingrid birthday", "since": 1_000_000_000})
     w.turn("ask", "main", QUESTION, Plan(reply="Ingrid's birthday is on 14 March.", tool="tool_call", arguments=search))
     w.turn("get", "main", "Show me exactly what I said about it.",
            Plan(reply="That is what you said.", tool="tool_call",

@@ -166,3 +166,36 @@ def test_the_transform_ends_a_conversation_at_each_reset_reason(reason: str) -> 
     assert [c.entry.entry_id for c in out.chunks] == ["u1", "u2"]
     assert out.chunks[1].context == "", "the previous conversation is not the next one's context"
     assert state.conversation_entries == 1
+
+
+def test_a_cron_prompt_in_a_persons_session_keeps_what_the_person_says_after_it() -> None:
+    """The gap hook's `openclaw agent --message "[cron:veritas-sync] ..."` lands in the agent's main session
+    right after the reset (seen on the real OpenClaw 2026.9.6): the prompt and its reply are not memory, the
+    person's next messages are, and that conversation's end is reported. A cron run alone stays skipped."""
+    def record(seq: int, event: dict[str, object]) -> RawRecord:
+        return RawRecord(AGENT, json.dumps(event).encode(), SourceRef("sqlite", "db", session_id="s", seq=seq))
+
+    hook = "[cron:veritas-sync] Session s ended at 2026-11-30T08:00:00Z but STATE.md is behind. Update it."
+    state = SessionState("s")
+    out = transform_records(
+        [record(1, msg("The offsite is in Lisbon.", event_id="u1", ts="2026-11-30T08:00:00Z")),
+         record(2, reset_event("new")),
+         record(3, msg(hook, event_id="c1", ts="2026-11-30T08:01:00Z")),
+         record(4, msg("STATE.md is up to date.", "assistant", event_id="c2", ts="2026-11-30T08:01:30Z")),
+         record(5, msg("My dentist is Dr. Okafor on Baker Street.", event_id="u2", ts="2026-11-30T09:00:00Z")),
+         record(6, msg("Noted: Dr. Okafor, Baker Street.", "assistant", event_id="a2", ts="2026-11-30T09:00:05Z")),
+         record(7, reset_event("new", "2026-11-30T10:00:00.000Z"))],
+        state, fallback_session="s", redact_key=b"k" * 32, max_line_bytes=1 << 20, chunk_chars=2000,
+        chunk_overlap=0)
+    assert [c.entry.entry_id for c in out.chunks] == ["u1", "u2", "a2"]
+    assert out.skipped["cron_session"] == 2  # the prompt and the reply to it
+    assert [(e.session_kind, e.ended_at) for e in out.ends] == [
+        ("conversation", "2026-11-30T08:00:00.000Z"), ("conversation", "2026-11-30T09:00:05.000Z")]
+
+    cron_only = SessionState("s")
+    out = transform_records([record(1, msg(hook, event_id="c1", ts="2026-11-30T08:01:00Z")),
+                             record(2, msg("Done.", "assistant", event_id="c2", ts="2026-11-30T08:01:30Z")),
+                             record(3, msg("[cron:veritas-sync] again", event_id="c3", ts="2026-11-30T08:02:00Z"))],
+                            cron_only, fallback_session="s", redact_key=b"k" * 32, max_line_bytes=1 << 20,
+                            chunk_chars=2000, chunk_overlap=0)
+    assert out.chunks == [] and out.skipped["cron_session"] == 3 and cron_only.session_kind == "cron"

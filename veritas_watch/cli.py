@@ -350,6 +350,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CliError as exc:
         print(f"veritas-watch: {exc}", file=sys.stderr)
         return 1
+    except OSError as exc:  # an unusable data dir, a file that cannot be read: one line, not a traceback
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"veritas-watch: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

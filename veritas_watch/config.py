@@ -6,13 +6,16 @@ names the key and what is allowed; the CLI prints it as one line and exits with 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import math
 import os
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_type_hints
+from urllib.parse import urlsplit
 
 from veritas_watch.openclaw import resolve_state_dir
 
@@ -192,13 +195,14 @@ def _coerce(key: str, value: object, kind: Any) -> object:
             return int(value)
         raise ConfigError(f"{key}: expected an integer, got {value!r}")
     if kind is float:
+        number: float | None = None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value)
-            except ValueError:
-                pass
+            number = float(value)
+        elif isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                number = float(value)
+        if number is not None and math.isfinite(number):  # TOML and float() read nan and inf
+            return number
         raise ConfigError(f"{key}: expected a number, got {value!r}")
     if kind is str:
         if isinstance(value, str):
@@ -226,6 +230,9 @@ def _check(key: str, value: object) -> None:
     if key == "search.relevance_floor" and isinstance(value, float) and not (value == -1.0 or 0.0 <= value <= 1.0):
         raise ConfigError(f"search.relevance_floor: expected -1 (measured for the embedder), 0 (off) "
                           f"or a cosine up to 1, got {value!r}")
+    if key == "store.url" and value and not _is_server_url(str(value)):
+        raise ConfigError(f"store.url: expected the http:// or https:// URL of a Qdrant server or cluster "
+                          f"(empty: the embedded store), got {value!r}")
     if key == "http.port" and isinstance(value, int) and not 0 <= value <= 65535:
         raise ConfigError(f"http.port: expected 0..65535, got {value!r}")
     if key == "gaps.agents" and isinstance(value, list):
@@ -261,6 +268,15 @@ def _check(key: str, value: object) -> None:
             raise ConfigError(f"gaps.timezone: {exc}") from None
 
 
+def _is_server_url(url: str) -> bool:
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
+
+
 def _check_agent_id(key: str, agent: str) -> None:
     from veritas_watch.openclaw import is_agent_dir_name
 
@@ -279,6 +295,8 @@ def _build_section(name: str, cls: type[Any], raw: Mapping[str, object]) -> Any:
     for key, value in raw.items():
         full = f"{name}.{key}"
         coerced = _coerce(full, value, hints[key])
+        if full in _CHOICES and isinstance(coerced, str):
+            coerced = coerced.strip().lower()  # `DEBUG`, `Usem3`: the choices are names, not case-sensitive
         _check(full, coerced)
         values[key] = coerced
     return cls(**values)
@@ -352,6 +370,9 @@ def _build_config(raw: dict[str, Any], file: Path | None, env: Mapping[str, str]
         config = dataclasses.replace(
             config, paths=dataclasses.replace(config.paths, data_dir=str(default_data_dir(env)))
         )
+    if config.embedding.chunk_overlap >= config.embedding.chunk_chars:
+        raise ConfigError(f"embedding.chunk_overlap: expected less than embedding.chunk_chars "
+                          f"({config.embedding.chunk_chars}), got {config.embedding.chunk_overlap}")
     _check_http(config.http)
     return config
 

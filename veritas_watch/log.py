@@ -72,6 +72,27 @@ def _clear_live_line(_logger: Any, _name: str, event: MutableMapping[str, Any]) 
     return event
 
 
+class LibraryRecords(logging.Handler):
+    """Other libraries' log records (aiohttp's server on a malformed request, asyncio's unretrieved task
+    errors) as one structured line each, redacted like ours, instead of Python's multi-line default."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            fields: dict[str, Any] = {"logger": record.name, "message": record.getMessage()[:500]}
+            if record.exc_info and record.exc_info[1] is not None:
+                exc = record.exc_info[1]
+                fields["error"] = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+            structlog.get_logger().log(record.levelno, "library_log", **fields)
+        except Exception:  # a log line must never take the daemon down
+            self.handleError(record)
+
+
+def _route_library_logs() -> None:
+    root = logging.getLogger()
+    if not any(isinstance(h, LibraryRecords) for h in root.handlers):
+        root.addHandler(LibraryRecords(logging.WARNING))
+
+
 def configure_logging(level: str = "info", fmt: str = "auto", stream: TextIO | None = None) -> None:
     out = stream or sys.stdout
     use_console = fmt == "console" or (fmt == "auto" and out.isatty())
@@ -92,6 +113,7 @@ def configure_logging(level: str = "info", fmt: str = "auto", stream: TextIO | N
         logger_factory=structlog.PrintLoggerFactory(out),
         cache_logger_on_first_use=False,
     )
+    _route_library_logs()
 
 
 def set_level(level: str) -> None:

@@ -130,6 +130,12 @@ def transform_records(records: Sequence[RawRecord], state: SessionState, *, fall
             continue
         if state.session_kind == "unknown" and (first := first_user_text(line)) is not None:
             state.session_kind = "cron" if is_cron_prompt(first) else "conversation"
+        elif state.session_kind == "cron" and _a_person_speaks(line, state):
+            # What began as a cron run is a person's conversation: OpenClaw puts a prompt sent with
+            # `openclaw agent --message "[cron:..."` (the gap hook's) into the agent's main session, after
+            # the reset that ended the last conversation. The prompt and its reply stay skipped (a background
+            # turn); what the person says from here on is memory, and the conversation's end is reported.
+            state.session_kind = "conversation"
         if state.session_kind == "cron":
             out.skipped["cron_session"] += 1
             continue
@@ -156,6 +162,12 @@ def transform_records(records: Sequence[RawRecord], state: SessionState, *, fall
         if len(last) < len(out.chunks):
             out.chunks = [chunk for i, chunk in enumerate(out.chunks) if last[chunk.point_id] == i]
     return out
+
+
+def _a_person_speaks(line: ParsedLine, state: SessionState) -> bool:
+    """A user line that is memory: not a cron, heartbeat or other runtime prompt, not scaffolding alone."""
+    return (line.line_type == "message" and line.role == "user"
+            and not isinstance(clean_message(line, turn=state.turn), Skip))
 
 
 def member_point_key(member: HistoryMessage, redact_key: bytes) -> str:
@@ -185,9 +197,29 @@ def _scan(out: Transformed, record: RawRecord, line: ParsedLine, session_id: str
           redact_key: bytes, keep_values: bool) -> str:
     """`text` redacted; every credential found in it recorded with where it can be recovered."""
     redacted, matches = redact_with_matches(text, redact_key)
+    repeated = repeated_masks(redacted.findings)
     out.found.extend(Found(record.agent_id, session_id, f, record.source, seen_at, m.value if keep_values else None)
-                     for f, m in zip(redacted.findings, matches, strict=True))
+                     for i, (f, m) in enumerate(zip(redacted.findings, matches, strict=True)) if i not in repeated)
     return redacted.text
+
+
+def repeated_masks(findings: Sequence[SecretFinding]) -> set[int]:
+    """Which of one line's findings are a credential the line masked again: an opaque mask (`***`) under a
+    key name the line also masks with a hint (`SG.nge…s5cr`), or the same key name masked opaquely twice.
+
+    OpenClaw 2026.9's tool results carry their output twice, in `content` and in `details.aggregated`,
+    masked differently: one credential, one index row. (Two masks in one line under one key name cannot
+    be told apart anyway: an opaque mask says nothing about the value.)"""
+    hinted = {(f.service, f.key_name) for f in findings if f.masked == "hinted"}
+    opaque: set[tuple[str, str]] = set()
+    out: set[int] = set()
+    for i, f in enumerate(findings):
+        if f.masked == "opaque":
+            key = (f.service, f.key_name)
+            if key in hinted or key in opaque:
+                out.add(i)
+            opaque.add(key)
+    return out
 
 
 def _add_entry(out: Transformed, state: SessionState, entry: Entry, chunk_chars: int, chunk_overlap: int) -> None:

@@ -195,6 +195,11 @@ class CredentialCapture:
         except WorkspaceMissing:
             self._queue([PendingRow(agent_id, e, since=time.time()) for e in entries], workspace)
             return 0
+        except OSError:
+            # Refused (the index links out of the workspace) or failed (disk full): the rows wait in the data
+            # dir like rows whose workspace is missing, and flush_pending writes them once it can.
+            self._queue([PendingRow(agent_id, e, since=time.time()) for e in entries])
+            raise
         if update.matched:
             # Another data dir wrote these rows: remember our fingerprints for them, so the same
             # value seen again elsewhere in the transcript is not a new row either.

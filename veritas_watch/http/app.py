@@ -54,6 +54,9 @@ async def errors_middleware(request: web.Request, handler: Any) -> web.StreamRes
                                           content_type="application/json") from None
 
 
+MAX_BODY_BYTES = 4 * 1024 * 1024  # a request body; aiohttp refuses a longer one as it reads it
+
+
 @web.middleware
 async def starting_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
     """While the daemon starts (the port is bound first) every route but /health answers 503."""
@@ -67,6 +70,10 @@ async def starting_middleware(request: web.Request, handler: Any) -> web.StreamR
 async def policy_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
     """Routes that are no agent's: /metrics (agent names and counts) is not for a per-agent token, and the
     selftest cleanup only for a caller allowed the selftest agent. Plus `nosniff` on every answer."""
+    if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
+        # Said before the body is read: a client announcing 1 GB is not kept waiting for it.
+        raise web.HTTPRequestEntityTooLarge(MAX_BODY_BYTES, request.content_length, content_type="application/json",
+                                            text=json.dumps({"error": f"body over {MAX_BODY_BYTES} bytes"}))
     access = request_access(request)
     if request.path == "/metrics" and access.agent is not None:
         access.require(None)
@@ -150,7 +157,7 @@ def make_app(config: Config, local_token: str, gate: Gate) -> web.Application:
     tokens = Tokens(config.http, local_token)
     guard = make_guard(config.http, tokens, lambda: gate.port)
     app = web.Application(middlewares=[errors_middleware, guard, starting_middleware, policy_middleware],
-                          client_max_size=4 * 1024 * 1024)
+                          client_max_size=MAX_BODY_BYTES)
     app[GATE_KEY] = gate
     app.router.add_get("/health", health)
     app.router.add_get("/status", status)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import math
 import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -61,7 +62,7 @@ def _epoch(body: dict[str, Any], name: str) -> float | None:
     value = body.get(name)
     if value is None:
         return None
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
     if isinstance(value, str) and (epoch := iso_to_epoch(value)) is not None:
         return epoch

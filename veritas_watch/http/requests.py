@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import re
 from dataclasses import dataclass
 from itertools import accumulate
@@ -74,6 +75,22 @@ def json_depth(text: str, limit: int = MAX_JSON_DEPTH) -> int:
     return deepest
 
 
+class _NotFinite(ValueError):
+    pass
+
+
+def _not_json(name: str) -> float:
+    """Python's parser reads NaN and Infinity; JSON has no such values (and the store cannot compare them)."""
+    raise _NotFinite(f"{name} is not a JSON value")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400
+        raise _NotFinite(f"number {text[:40]} is out of range")
+    return value
+
+
 def parse_json_body(raw: bytes) -> Any:
     """A request body as JSON: UTF-8, at most MAX_JSON_DEPTH deep; BadRequest (400) otherwise."""
     try:
@@ -84,7 +101,9 @@ def parse_json_body(raw: bytes) -> Any:
         log.warning("request_refused", reason="json_too_deep", limit=MAX_JSON_DEPTH, bytes=len(raw))
         raise BadRequest(f"body nests deeper than {MAX_JSON_DEPTH} levels")
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=_not_json, parse_float=_finite)
+    except _NotFinite as exc:
+        raise BadRequest(str(exc)) from None
     except RecursionError:  # brackets hidden from the count by a malformed string: still too deep
         log.warning("request_refused", reason="json_too_deep", limit=MAX_JSON_DEPTH, bytes=len(raw))
         raise BadRequest(f"body nests deeper than {MAX_JSON_DEPTH} levels") from None

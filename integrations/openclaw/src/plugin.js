@@ -19,10 +19,13 @@ const SEARCH_PARAMETERS = {
     query: { type: "string", description: "What to look for, in the user's words (any language)." },
     limit: { type: "integer", minimum: 1, maximum: SEARCH_LIMIT_MAX, description: "How many memories (default 8)." },
     since: {
-      type: "string",
+      type: ["string", "number"],
       description: "Only memories at or after this time: ISO-8601 (2026-03-01 or 2026-03-01T09:00:00Z) or epoch seconds.",
     },
-    until: { type: "string", description: "Only memories at or before this time (same forms as since)." },
+    until: {
+      type: ["string", "number"],
+      description: "Only memories at or before this time (same forms as since).",
+    },
   },
   required: ["query"],
   additionalProperties: false,

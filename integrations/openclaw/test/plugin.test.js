@@ -72,6 +72,10 @@ test("memory_search: time range passed on; results cite session, time and role; 
       .execute("c", { query: "Ingrid", since: "2026-03-01", until: "1772409600" });
     assert.equal(daemon.requests[0].body.since, "2026-03-01");
     assert.equal(daemon.requests[0].body.until, 1772409600);
+    await api.tool("memory_search", { agentId: "main" }).execute("c", { query: "Ingrid", since: 1772409600 });
+    assert.equal(daemon.requests[1].body.since, 1772409600);  // epoch seconds as a number, as the schema allows
+    const schema = api.tool("memory_search", { agentId: "main" }).parameters.properties;
+    assert.deepEqual([schema.since.type, schema.until.type], [["string", "number"], ["string", "number"]]);
     const text = textOf(result);
     assert.match(text, /2026-03-01 10:01 UTC · user · session sess-a · id 0b8f4c52-/);
     assert.equal(result.details.count, 1);
