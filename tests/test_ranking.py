@@ -346,39 +346,29 @@ def test_time_cue_lifts_memories_of_the_named_day_only() -> None:
 # ------------------------------------------------------------------ when cue
 
 
-@pytest.mark.parametrize("query", [
-    "When did Jolene finish her robotics project?", "when is the dentist", "How long did James date Samantha?",
-    "Which year did Audrey adopt her dogs?", "What month is the wedding?", "how many weeks was the trip",
-    "So when did we last talk about the budget?", "Since when does he play chess?",
-    "她什么时候去的北京？", "いつ東京に引っ越しましたか", "他學鋼琴多久了",
-])
-def test_questions_that_ask_for_a_time(query: str) -> None:
-    assert asks_when(query)
+ASKS_WHEN = ["When did Jolene finish her robotics project?", "when is the dentist", "How long did James date Samantha?",
+             "Which year did Audrey adopt her dogs?", "What month is the wedding?", "how many weeks was the trip",
+             "So when did we last talk about the budget?", "Since when does he play chess?",
+             "她什么时候去的北京？", "いつ東京に引っ越しましたか", "他學鋼琴多久了"]
+ASKS_NO_TIME = ["What did Melanie paint?", "What did she say when I asked about the trip?", "Where is the key?",
+                "how many dogs does Andrew have", "whenever you like", "她喜欢什么书", "好きな食べ物は何ですか",
+                "就寝前にいつも何をしている？"]
+SAYS_WHEN = ["I finally wrapped that up last month.", "Yesterday I went bowling.", "I've had them for 3 years!",
+             "We met two weeks ago at the beach.", "Let's go hiking next month.", "the concert is on Friday at 8pm",
+             "I moved here in 2019.", "See you in May!", "as a kid I loved trains", "我去年去了北京。",
+             "先週東京に行きました。", "项目推迟到了十一月一号。", "歯医者の予約は木曜日の午後四時です。"]
+SAYS_NO_TIME = ["I love my dogs, Pepper and Panda.", "You may want to check the settings.", "I will march on.",
+                "The robotics project is tough.", "Mine is a beagle.", "我喜欢猫。", "猫が好きです。"]
 
 
-@pytest.mark.parametrize("query", [
-    "What did Melanie paint?", "What did she say when I asked about the trip?", "Where is the key?",
-    "how many dogs does Andrew have", "whenever you like", "她喜欢什么书", "好きな食べ物は何ですか",
-])
-def test_questions_that_do_not_ask_for_a_time(query: str) -> None:
-    assert not asks_when(query)
+@pytest.mark.parametrize(("query", "asks"), [(q, True) for q in ASKS_WHEN] + [(q, False) for q in ASKS_NO_TIME])
+def test_which_questions_ask_for_a_time(query: str, asks: bool) -> None:
+    assert asks_when(query) is asks
 
 
-@pytest.mark.parametrize("text", [
-    "I finally wrapped that up last month.", "Yesterday I went bowling.", "I've had them for 3 years!",
-    "We met two weeks ago at the beach.", "Let's go hiking next month.", "the concert is on Friday at 8pm",
-    "I moved here in 2019.", "See you in May!", "as a kid I loved trains", "我去年去了北京。", "先週東京に行きました。",
-])
-def test_memories_that_say_a_time(text: str) -> None:
-    assert says_when(text)
-
-
-@pytest.mark.parametrize("text", [
-    "I love my dogs, Pepper and Panda.", "You may want to check the settings.", "I will march on.",
-    "The robotics project is tough.", "Mine is a beagle.", "我喜欢猫。", "猫が好きです。",
-])
-def test_memories_that_say_no_time(text: str) -> None:
-    assert not says_when(text)
+@pytest.mark.parametrize(("text", "says"), [(t, True) for t in SAYS_WHEN] + [(t, False) for t in SAYS_NO_TIME])
+def test_which_memories_say_a_time(text: str, says: bool) -> None:
+    assert says_when(text) is says
 
 
 def test_when_cue_lifts_memories_that_say_a_time_for_a_when_question_only() -> None:
