@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -15,6 +19,7 @@ from tests.daemon_harness import (
     copy_fixture_sessions,
     header,
     message,
+    read_cursors,
     running_daemon,
     wait_for,
 )
@@ -132,3 +137,35 @@ def test_zero_config_exits_cleanly_on_sigterm_and_backfill_is_idempotent(tmp_pat
     assert sorted(p["id"] for p in again.export(agent="ops")) == sorted(p["id"] for p in first)
     stored_events = [e for e in again.log_events() if e.get("event") == "daemon_stopped"]
     assert stored_events and stored_events[-1]["stored"] == 0
+
+
+def test_an_interrupted_backfill_says_so_and_the_next_one_finishes_the_pass(tmp_path: Path) -> None:
+    """A backfill stopped by SIGTERM exits 1 with `backfill_interrupted` (it exited 0, as if the pass were
+    done); while it runs, `status` says who holds the store at once (it waited, "daemon starting", for the
+    whole backfill); the next backfill stores the rest; a mistyped state dir is an error, not an empty pass."""
+    state, data = tmp_path / "state", tmp_path / "data"
+    sessions = state / "agents" / "ops" / "sessions"
+    sessions.mkdir(parents=True)
+    for n in range(60):
+        (sessions / f"s-{n}.jsonl").write_bytes(header(f"s-{n}") + b"".join(
+            message(f"m{k}", "user" if k % 2 == 0 else "assistant", f"Session {n}, note {k}: item {n * 10 + k}.")
+            for k in range(10)))
+    backfill = DaemonProcess(state, data).start("backfill")
+    assert backfill.proc is not None
+    wait_for(lambda: read_cursors(data), timeout=120, what="the backfill storing")
+    started = time.monotonic()
+    busy = subprocess.run([sys.executable, "-m", "veritas_watch.cli", "status"], env=backfill.env,
+                          capture_output=True, text=True, timeout=60)
+    if backfill.proc.poll() is None:  # still running (a fast machine may have finished the pass)
+        assert busy.returncode == 4 and "in use by `veritas-watch backfill`" in busy.stderr, busy.stderr
+        assert time.monotonic() - started < 30
+        backfill.proc.send_signal(signal.SIGTERM)
+        assert backfill.proc.wait(timeout=120) == 1
+        (line,) = backfill.events("backfill_interrupted")
+        assert line["stored"] < 600
+    again = DaemonProcess(state, data).start("backfill")
+    assert again.proc is not None and again.proc.wait(timeout=600) == 0
+    assert len(again.export(agent="ops")) == 600
+    missing = subprocess.run([sys.executable, "-m", "veritas_watch.cli", "backfill"], capture_output=True, text=True,
+                             timeout=120, env={**backfill.env, "OPENCLAW_STATE_DIR": str(tmp_path / "typo")})
+    assert missing.returncode == 1 and "typo does not exist" in missing.stderr, missing.stderr

@@ -107,6 +107,26 @@ def test_reset_while_down_found_at_startup_and_not_refired_after_restart(tmp_pat
     assert "open gap: ops session s-3 ended 2026-03-20T10:00:00" in text, text
 
 
+def test_a_backfill_records_the_gaps_of_the_history_it_read(tmp_path: Path) -> None:
+    """`backfill` is the first pass over the history: the conversations that ended in it are checked when it
+    ends (they were handed on to a start-up scan that a backfill never ran, and lost for every later run)."""
+    state, data, sessions, calls, env = setup(tmp_path)
+    (state / "workspace-ops" / "STATE.md").write_text("- 2026-03-01 10:00 UTC synced\n")
+    for n in range(30):  # enough for the pass to stay busy until it ends
+        session(sessions / f"s-{n}.jsonl", f"s-{n}", f"2026-03-{10 + n % 9:02d}T10:00:00.000Z")
+    (sessions / "s-0.jsonl").rename(sessions / "s-0.jsonl.reset.2026-03-12T01-04-30.000Z")
+    backfill = DaemonProcess(state, data, extra_env=env).start("backfill")
+    assert backfill.proc is not None and backfill.proc.wait(timeout=600) == 0
+    (gap,) = backfill.events("gap_detected")
+    assert (gap["agent"], gap["session"]) == ("ops", "s-0")
+    offline = json.loads(backfill.cli("status", "--json").stdout)
+    assert [g["session_id"] for g in offline["gaps"]] == ["s-0"]
+    with running_daemon(state, data, extra_env=env) as daemon:  # recorded once: the daemon does not report it again
+        daemon.wait_idle()
+        wait_for(lambda: hook_calls(calls), what="the hook, run by the daemon")
+        assert len(daemon.events("gap_detected")) == 1
+
+
 def test_sqlite_reset_is_a_session_end(tmp_path: Path) -> None:
     from tests.sqlite_fixture import OpenClawWriter, create_database, message_event
 

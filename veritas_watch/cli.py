@@ -99,6 +99,11 @@ def daemon_or_store(config: Config, command: str) -> tuple[DaemonEndpoint | None
             lock.release()  # a daemon got ready meanwhile (it holds its own lock): go through it
             continue
         holder = lock.holder()
+        if holder is not None and holder.role == "daemon" and holder.command == "backfill":
+            # A backfill serves no HTTP and holds the store until its pass ends: waiting would hang the command.
+            print(f"veritas-watch: the store is in use by `veritas-watch backfill` (pid {holder.pid}), which answers "
+                  "no requests; run this again once it has finished", file=sys.stderr)
+            raise SystemExit(EXIT_DATA_DIR_OWNED)
         waiting = ("daemon starting" + (f" (pid {holder.pid})" if holder else "")
                    if holder is None or holder.role == "daemon" else f"store in use by {holder.describe()}")
         if waiting != said:

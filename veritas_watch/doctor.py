@@ -179,6 +179,9 @@ def _data_dir(config: Config) -> Iterator[Check]:
         parent = _nearest_existing(data)
         if os.access(parent, os.W_OK | os.X_OK):
             yield Check("data_dir", "ok", f"{data} will be created on first start (mode 0700)")
+        elif data.parent == Path("/var/lib"):  # the unit's StateDirectory=: systemd creates it, for the unit's user
+            yield Check("data_dir", "warn", f"{data} does not exist yet",
+                        "systemd creates it at the unit's first start (StateDirectory=); run doctor again after")
         else:
             yield Check("data_dir", "fail", f"{data} does not exist and {parent} is not writable",
                         "create it for the daemon's user (StateDirectory= does this under systemd), "

@@ -140,9 +140,12 @@ async def export(request: web.Request) -> web.StreamResponse:
                 break
         return lines
 
-    while lines := await memory.in_read_thread(next_page):
-        await response.write(("\n".join(lines) + "\n").encode())
-    await response.write_eof()
+    try:
+        while lines := await memory.in_read_thread(next_page):
+            await response.write(("\n".join(lines) + "\n").encode())
+        await response.write_eof()
+    except ConnectionResetError:  # the reader went away (`veritas-watch export | head`): nothing more to send
+        log.debug("export_reader_gone", agent=agent)
     return response
 
 
