@@ -163,9 +163,14 @@ def test_an_interrupted_backfill_says_so_and_the_next_one_finishes_the_pass(tmp_
         assert backfill.proc.wait(timeout=120) == 1
         (line,) = backfill.events("backfill_interrupted")
         assert line["stored"] < 600
+        # `status` on the stopped data dir counts the files the backfill never reached, as backlog
+        ops = json.loads(backfill.cli("status", "--json").stdout)["agents"]["ops"]
+        assert ops["files"] == 60 and ops["lag_bytes"] > 0, ops
     again = DaemonProcess(state, data).start("backfill")
     assert again.proc is not None and again.proc.wait(timeout=600) == 0
     assert len(again.export(agent="ops")) == 600
+    ops = json.loads(again.cli("status", "--json").stdout)["agents"]["ops"]
+    assert (ops["files"], ops["lag_bytes"], ops["entries_stored"]) == (60, 0, 600), ops
     missing = subprocess.run([sys.executable, "-m", "veritas_watch.cli", "backfill"], capture_output=True, text=True,
                              timeout=120, env={**backfill.env, "OPENCLAW_STATE_DIR": str(tmp_path / "typo")})
     assert missing.returncode == 1 and "typo does not exist" in missing.stderr, missing.stderr

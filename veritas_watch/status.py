@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from veritas_watch.features.capture import credentials_per_agent
-from veritas_watch.openclaw import agent_workspace
+from veritas_watch.openclaw import agent_workspace, classify_transcript, iter_agents
 from veritas_watch.sources.cursors import FileCursor
 from veritas_watch.sources.sqlite_feed import SqliteSource
 
@@ -66,6 +66,28 @@ def agents_from_cursors(cursors: Iterable[tuple[FileCursor, int | None]],
     for agent_id, ids in sessions.items():
         agents[agent_id]["sessions"] = len(ids)
     return agents
+
+
+def add_unread_files(state_dir: Path, agents: dict[str, dict[str, Any]], known: set[str]) -> None:
+    """JSONL transcripts that no cursor covers yet (a backfill stopped before it reached them): files whose
+    whole size is backlog. The running daemon tracks every file it lists; a stopped one only knows its cursors."""
+    for agent in iter_agents(state_dir):
+        try:
+            entries = list(os.scandir(agent.sessions))
+        except OSError:  # none yet, or unreadable (doctor and the daemon say so)
+            continue
+        for entry in entries:
+            if classify_transcript(entry.name) is None or entry.path in known:
+                continue
+            try:
+                if not entry.is_file():  # a FIFO, a dir: never read
+                    continue
+                size = entry.stat().st_size
+            except OSError:
+                continue
+            counted = agents.setdefault(agent.agent_id, _new_agent())
+            counted["files"] += 1
+            counted["lag_bytes"] += size
 
 
 def add_credentials(state_dir: Path, data_dir: Path, agents: dict[str, dict[str, Any]]) -> None:
@@ -170,6 +192,7 @@ def offline_status(cursors: list[FileCursor], store: Store | None, sqlite: Itera
     """`dirs`: (state dir, data dir), to count credentials."""
     agents = agents_from_cursors(((c, _size(c.path)) for c in cursors), sqlite)
     if dirs is not None:
+        add_unread_files(dirs[0], agents, {c.path for c in cursors})
         add_credentials(*dirs, agents)
     if store is not None:
         count_entries(store, agents)
