@@ -20,6 +20,7 @@ from veritas_watch.features.credentials import (
     Vault,
     VaultError,
     find_credential,
+    followed,
     mask,
     read_index,
     workspace_for,
@@ -413,3 +414,23 @@ def test_process_environment_default_is_os_environ(monkeypatch: pytest.MonkeyPat
     found = find_credential("veritastest", etc_environment=tmp_path / "none")
     assert [(c.source, c.key_name) for c in found] == [("process_env", "VERITASTEST_API_KEY")]
     assert os.environ["VERITASTEST_API_KEY"] not in found[0].masked
+
+
+def test_a_location_follows_its_transcript_into_the_archive(tmp_path: Path) -> None:
+    """OpenClaw renames a JSONL transcript at `/new` (`.reset.<ts>`): the index row, written before, says the
+    old path; `creds` and `creds find` show where that line is now."""
+    live = tmp_path / "sessions" / "s-1.jsonl"
+    live.parent.mkdir()
+    live.write_text("{}\n")
+    location = f"{live}:18"
+    assert followed(location) == location and followed(f"{location} (transcript holds only a mask)") == (
+        f"{location} (transcript holds only a mask)")
+    archived = live.with_name("s-1.jsonl.reset.2026-03-12T05-00-00.000Z")
+    live.rename(archived)
+    assert followed(location) == f"{archived}:18 (archived since)"
+    assert followed(f"{location} (transcript holds only a mask)") == (
+        f"{archived}:18 (transcript holds only a mask) (archived since)")
+    gone = f"{tmp_path / 'sessions' / 'other.jsonl'}:3"
+    assert followed(gone) == gone  # nothing to follow: as written
+    sqlite = "/state/agents/ops/agent/openclaw-agent.sqlite#s-1:21"
+    assert followed(sqlite) == sqlite

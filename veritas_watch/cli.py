@@ -295,7 +295,7 @@ def cmd_selftest(config: Config, args: argparse.Namespace) -> int:
 
 def cmd_creds(config: Config, args: argparse.Namespace) -> int:
     from veritas_watch.daemon import load_redact_key
-    from veritas_watch.features.credentials import INDEX_FILE, find_credential, read_index
+    from veritas_watch.features.credentials import INDEX_FILE, find_credential, followed, read_index
     from veritas_watch.openclaw import agent_workspace, iter_agents
 
     state_dir = config.state_dir
@@ -306,7 +306,7 @@ def cmd_creds(config: Config, args: argparse.Namespace) -> int:
     if args.creds_command != "find":
         for agent_id, path in indexes.items():
             for row in read_index(path):
-                print(f"{agent_id}\t{row.service}\t{row.key_name}\t{row.location}\t{row.status}\t"
+                print(f"{agent_id}\t{row.service}\t{row.key_name}\t{followed(row.location)}\t{row.status}\t"
                       f"{row.first_seen}\tfp={row.fingerprint}")
         return 0
     key = load_redact_key(config.data_dir) if config.data_dir.is_dir() else None

@@ -950,6 +950,26 @@ def _matches(query: str, *names: str) -> bool:
     return bool(query) and any(query in _norm(n) for n in names if n)
 
 
+_JSONL_LOCATION = re.compile(r"^(?P<path>/.+?\.jsonl):(?P<line>\d+)(?P<rest>.*)$", re.S)
+
+
+def followed(location: str) -> str:
+    """An index Location whose JSONL transcript OpenClaw has archived since (`/new` renames it to
+    `.reset.<ts>`, a deletion to `.deleted.<ts>`): where that line is now, said so. Else as written."""
+    match = _JSONL_LOCATION.match(location)
+    if match is None or Path(match["path"]).exists():
+        return location
+    path = Path(match["path"])
+    try:
+        archived = sorted(p for p in path.parent.iterdir()
+                          if p.name.startswith((f"{path.name}.reset.", f"{path.name}.deleted.")))
+    except OSError:
+        return location
+    if not archived:
+        return location
+    return f"{archived[0]}:{match['line']}{match['rest']} (archived since)"
+
+
 def find_credential(
     service: str,
     *,
@@ -997,7 +1017,8 @@ def find_credential(
             if _matches(query, row.service, row.key_name):
                 fp = row.fingerprint.strip("`") or None
                 results.append(
-                    CredentialLocation("index", row.location, row.service, row.key_name, "(not stored)", fp, row.status)
+                    CredentialLocation("index", followed(row.location), row.service, row.key_name, "(not stored)", fp,
+                                       row.status)
                 )
 
     for root in env_dirs:
