@@ -155,6 +155,8 @@ async def daemon_status(daemon: Running) -> dict[str, Any]:
         "backlog_bytes": snap.backlog_bytes,
         "in_flight_bytes": snap.in_flight_bytes,
         "queue": snap.queue,
+        # Gap detection's start-up scan runs after the first sweep that reads nothing while the sink is idle.
+        "gap_scan_pending": daemon.gaps.startup_scan_pending,
         "entries": {"stored": stats.stored, "unchanged": stats.unchanged, "invalid_lines": stats.invalid,
                     "redactions": stats.redactions, "skipped": dict(stats.skipped)},
         "agents": agents,
