@@ -119,3 +119,25 @@ def test_an_unusable_data_dir_is_one_line(tmp_path: Path) -> None:
                                                     "HOME": str(tmp_path)})
     assert out.returncode == 1 and out.stderr.strip().splitlines() == [
         f"veritas-watch: {blocker / 'data'}: Not a directory"], out.stderr
+
+
+def test_relative_paths_are_anchored_where_they_were_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In the config file: against the file's directory (a daemon's working directory is `/` under
+    systemd); from the environment: against the working directory, made absolute once at load."""
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    file = etc / "config.toml"
+    file.write_text('[paths]\ndata_dir = "data"\nstate_dir = "~/oc"\n[credentials]\nenv_dirs = ["envs", "/abs"]\n'
+                    'vault_path = "../vault/creds.age"\n')
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    config = load_config(file, {"HOME": str(tmp_path)})
+    assert config.data_dir == etc / "data"
+    assert config.paths.state_dir == "~/oc"  # a home-relative path stays as written (expanded on use)
+    assert config.credentials.env_dirs == [str(etc / "envs"), "/abs"]
+    assert Path(config.credentials.vault_path) == etc / ".." / "vault" / "creds.age"
+    from_env = load_config(file, {"HOME": str(tmp_path), "VERITAS_WATCH_DATA_DIR": "vw", "OPENCLAW_STATE_DIR": "s"})
+    assert from_env.data_dir == elsewhere / "vw"
+    assert from_env.state_dir == Path("~/oc").expanduser()  # the file's value wins over OPENCLAW_STATE_DIR
+    assert load_config(None, {"OPENCLAW_STATE_DIR": "s"}).state_dir == elsewhere / "s"

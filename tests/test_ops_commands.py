@@ -183,3 +183,18 @@ def test_selftest_fails_clearly_when_the_daemon_is_down(tmp_path: Path) -> None:
     stale = cli(down.env, "selftest", timeout=60)
     assert stale.returncode == 1 and "reason=daemon_not_running" in stale.stdout and "is gone" in stale.stdout
     assert not (tmp_path / "state" / "agents" / SELFTEST_AGENT).exists()
+
+
+def test_doctor_reports_what_loading_the_model_logged_in_its_model_line(tmp_path: Path) -> None:
+    """A data dir that cannot be written: the model still loads (from the package's weights); that its
+    mapped copy could not be written is part of the model check, not a stray JSON line on stderr."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VERITAS_", "OPENCLAW_", "NOTIFY_SOCKET"))}
+    env.update({"OPENCLAW_STATE_DIR": str(tmp_path / "state"), "VERITAS_WATCH_DATA_DIR": str(blocker / "data"),
+                "VERITAS_WATCH_HTTP_PORT": "0"})
+    result = cli(env, "doctor")
+    assert "[FAIL] data_dir" in result.stdout, result.stdout
+    model = next(line for line in result.stdout.splitlines() if " model: " in line)
+    assert model.startswith("[WARN]") and "usem3_copy_not_written" in model, result.stdout
+    assert "usem3_copy_not_written" not in result.stderr, result.stderr

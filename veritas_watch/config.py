@@ -339,16 +339,42 @@ def load_config(path: str | Path | None = None, environ: Mapping[str, str] | Non
         if var in env:
             raw.setdefault(section, {})[key] = env[var]
             from_env[f"{section}.{key}"] = var
+    in_file = {f"{section}.{key}" for section, table in raw.items() if isinstance(table, dict) for key in table}
+    in_file -= set(from_env)
     if env.get("OPENCLAW_STATE_DIR"):
         raw.setdefault("paths", {}).setdefault("state_dir", env["OPENCLAW_STATE_DIR"])
     try:
-        return _build_config(raw, file, env)
+        return _anchor_paths(_build_config(raw, file, env), file, in_file)
     except ConfigError as exc:
         # A bad value from the environment is named by its variable: that is where the operator must look.
         key, sep, rest = str(exc).partition(": ")
         if sep and key in from_env:
             raise ConfigError(f"{from_env[key]} (overrides {key}): {rest}") from None
         raise
+
+
+# Config keys that name a file or directory (a list of them for env_dirs).
+_PATH_KEYS = (("paths", "state_dir"), ("paths", "data_dir"), ("embedding", "path"), ("credentials", "vault_path"),
+              ("credentials", "env_dirs"))
+
+
+def _anchor_paths(config: Config, file: Path | None, in_file: set[str]) -> Config:
+    """Relative paths made absolute once, at load: those written in the config file against the file's own
+    directory (as Prometheus does), those from the environment against the working directory. A daemon's
+    working directory is `/` under systemd, so `data_dir = "data"` must not mean `/data`."""
+
+    def anchored(value: str, base: Path) -> str:
+        path = Path(value).expanduser()
+        return value if not value or path.is_absolute() else str((base / path).absolute())
+
+    for section, key in _PATH_KEYS:
+        base = file.parent if file is not None and f"{section}.{key}" in in_file else Path.cwd()
+        table = getattr(config, section)
+        value = getattr(table, key)
+        new = [anchored(v, base) for v in value] if isinstance(value, list) else anchored(value, base)
+        if new != value:
+            config = dataclasses.replace(config, **{section: dataclasses.replace(table, **{key: new})})
+    return config
 
 
 def _build_config(raw: dict[str, Any], file: Path | None, env: Mapping[str, str]) -> Config:

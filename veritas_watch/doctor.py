@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
+import structlog.testing
+
 from veritas_watch import client
 from veritas_watch.client import DaemonEndpoint
 from veritas_watch.config import Config
@@ -287,8 +289,11 @@ def _model(config: Config) -> tuple[Check, tuple[str, int] | None]:
     emb = config.embedding
     started = time.perf_counter()
     try:
-        embedder = configured_embedder(config)
-        vectors = embedder.embed_passages(["veritas-watch doctor probe"])
+        # What loading logs (a model copy not written to a read-only data dir) belongs in this check's line,
+        # not in a stray JSON line beside the report.
+        with structlog.testing.capture_logs() as logged:
+            embedder = configured_embedder(config)
+            vectors = embedder.embed_passages(["veritas-watch doctor probe"])
     except EmbedderError as exc:
         return Check("model", "fail", f"backend {emb.backend}: {exc}", str(exc)), None
     except Exception as exc:  # a broken install raises anything (ImportError, ONNX runtime errors)
@@ -301,8 +306,13 @@ def _model(config: Config) -> tuple[Check, tuple[str, int] | None]:
     if len(row) != embedder.dim or not math.isfinite(norm) or abs(norm - 1.0) > 1e-3:
         return Check("model", "fail", f"{embedder.name} returned a bad vector (dim {len(row)}, norm {norm:.3f})",
                      "reinstall the model package; if it persists, choose another embedding.backend"), None
-    return (Check("model", "ok", f"{embedder.name} (backend {emb.backend}), dim {embedder.dim}, "
-                  f"loaded and embedded in {seconds:.2f} s"), (embedder.name, embedder.dim))
+    detail = f"{embedder.name} (backend {emb.backend}), dim {embedder.dim}, loaded and embedded in {seconds:.2f} s"
+    warned = [e for e in logged if e.get("log_level") in ("warning", "error", "critical")]
+    if warned:
+        said = "; ".join(f"{e['event']}: {e.get('error') or e.get('reason') or ''}".rstrip(": ") for e in warned)
+        fix = "the model works; what it could not do is named above (a data dir the daemon's user cannot write?)"
+        return Check("model", "warn", f"{detail}; {said}", fix), (embedder.name, embedder.dim)
+    return Check("model", "ok", detail), (embedder.name, embedder.dim)
 
 
 def _daemon(config: Config, daemon: DaemonEndpoint | None) -> Check:
