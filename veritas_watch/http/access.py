@@ -60,12 +60,16 @@ class Access:
         if not self.allows(agent_id):
             if agent_id is None:
                 raise refused(web.HTTPForbidden, "every agent at once needs the token (http.token), or "
-                              "http.allow_all_agents; ask for one agent (agent=ID)")
-            raise refused(web.HTTPForbidden, "this token is not for that agent")
+                              "http.allow_all_agents; ask for one agent (agent=ID)", reason="all_agents_not_allowed")
+            raise refused(web.HTTPForbidden, "this token is not for that agent", reason="agent_not_allowed")
 
 
-def refused(status: type[web.HTTPException], message: str, **headers: str) -> web.HTTPException:
-    return status(text=json.dumps({"error": message}), content_type="application/json", headers=headers or None)
+def refused(status: type[web.HTTPException], message: str, *, reason: str | None = None,
+            **headers: str) -> web.HTTPException:
+    """A refusal with a JSON message; `reason` names it in the (rate-limited) `request_refused` log line."""
+    exc = status(text=json.dumps({"error": message}), content_type="application/json", headers=headers or None)
+    exc.refusal_reason = reason  # type: ignore[attr-defined]
+    return exc
 
 
 ACCESS_KEY = web.RequestKey("veritas.access", Access)  # what check_request decided, for the handler
@@ -80,8 +84,7 @@ def agent_param(value: object, field: str = "agent_id") -> str:
     try:
         return canonical_agent_id(value)
     except InvalidAgentId as exc:
-        log.warning("request_refused", reason="invalid_agent_id", field=field, status=400)  # never the value
-        raise refused(web.HTTPBadRequest, f"field {field}: {exc}") from None
+        raise refused(web.HTTPBadRequest, f"field {field}: {exc}", reason="invalid_agent_id") from None
 
 
 # -- loopback --------------------------------------------------------------------------------------
@@ -280,7 +283,13 @@ def make_guard(http: HttpConfig, tokens: Tokens, port_of: Any) -> Any:
         except _Refusal as refusal:
             refusals(request, refusal.reason, refusal.response.status)
             raise refusal.response from None
-        response: web.StreamResponse = await handler(request)
+        try:
+            response: web.StreamResponse = await handler(request)
+        except web.HTTPException as exc:  # a handler's refusal (bad field, another agent's data): logged alike
+            reason = getattr(exc, "refusal_reason", None)
+            if reason is not None:
+                refusals(request, reason, exc.status)
+            raise
         return response
 
     return guard_middleware

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from aiohttp import web
 
-from veritas_watch.http.access import Tokens, agent_param, bound_to_loopback, make_guard, request_access
+from veritas_watch.http.access import Tokens, agent_param, bound_to_loopback, make_guard, refused, request_access
 from veritas_watch.http.memory import add_memory_routes
 from veritas_watch.http.requests import GATE_KEY, BadRequest, Gate, json_answer, served_of
 from veritas_watch.http.selftest import cleanup_handler
@@ -39,7 +39,11 @@ async def errors_middleware(request: web.Request, handler: Any) -> web.StreamRes
     try:
         response: web.StreamResponse = await handler(request)
         return response
-    except web.HTTPException:
+    except web.HTTPException as exc:
+        if exc.status >= 400 and exc.content_type != "application/json":
+            # aiohttp's own (404 no route, 405, 413 while reading a chunked body): JSON like every other answer
+            exc.text = json.dumps({"error": exc.text or exc.reason})
+            exc.content_type = "application/json"
         raise
     except (ConnectionResetError, asyncio.CancelledError):
         raise
@@ -69,20 +73,26 @@ async def starting_middleware(request: web.Request, handler: Any) -> web.StreamR
 @web.middleware
 async def policy_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
     """Routes that are no agent's: /metrics (agent names and counts) is not for a per-agent token, and the
-    selftest cleanup only for a caller allowed the selftest agent. Plus `nosniff` on every answer."""
+    selftest cleanup only for a caller allowed the selftest agent; a body announced too long is refused unread."""
     if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
         # Said before the body is read: a client announcing 1 GB is not kept waiting for it.
         raise web.HTTPRequestEntityTooLarge(MAX_BODY_BYTES, request.content_length, content_type="application/json",
                                             text=json.dumps({"error": f"body over {MAX_BODY_BYTES} bytes"}))
     access = request_access(request)
     if request.path == "/metrics" and access.agent is not None:
-        access.require(None)
-    elif request.path == "/selftest/cleanup":
+        raise refused(web.HTTPForbidden, "/metrics is for the operator's token (http.token), not an agent's",
+                      reason="metrics_not_for_agent_token")
+    if request.path == "/selftest/cleanup":
         access.require(SELFTEST_AGENT)
     response: web.StreamResponse = await handler(request)
+    return response
+
+
+async def security_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """On every answer, refusals and streamed exports included (`on_response_prepare` runs before any
+    header is sent): never sniffed as another type, never kept by a cache."""
     response.headers["X-Content-Type-Options"] = "nosniff"
     response.headers["Cache-Control"] = "no-store"
-    return response
 
 
 def _agent_query(request: web.Request) -> str | None:
@@ -161,6 +171,7 @@ def make_app(config: Config, local_token: str, gate: Gate) -> web.Application:
     guard = make_guard(config.http, tokens, lambda: gate.port)
     app = web.Application(middlewares=[errors_middleware, guard, starting_middleware, policy_middleware],
                           client_max_size=MAX_BODY_BYTES)
+    app.on_response_prepare.append(security_headers)
     app[GATE_KEY] = gate
     app.router.add_get("/health", health)
     app.router.add_get("/status", status)

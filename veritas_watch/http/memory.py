@@ -14,6 +14,7 @@ The loop guard counts /memory/search and /memory/context per agent (`search.loop
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import math
@@ -52,6 +53,11 @@ log = structlog.get_logger()
 GUARD_KEY = web.AppKey("search_loop_guard", SearchLoopGuard)
 ROLES = ("user", "assistant")
 KNOWLEDGE_SESSION = "knowledge"  # the session id of manual memories added without one
+# /memory/add is a note, not a document: its embedding takes its turn on the write path's thread, and a
+# longer text would hold that thread (and every agent's ingestion) for minutes. Metadata is copied into
+# each chunk's payload.
+MAX_ADD_CHARS = 20_000
+MAX_METADATA_BYTES = 4096
 
 
 def _error(status: type[web.HTTPException], message: str, **extra: Any) -> web.HTTPException:
@@ -196,9 +202,14 @@ async def memory_add(request: web.Request) -> web.Response:
     timestamp = field(body, "timestamp", str, required=False, default=None)
     if timestamp is not None and iso_to_epoch(timestamp) is None:
         raise BadRequest("field timestamp must be an ISO-8601 time")
+    if len(text) > MAX_ADD_CHARS:
+        raise BadRequest(f"field text is {len(text)} characters, over {MAX_ADD_CHARS}: add it in parts",
+                         "text_too_long")
     metadata = body.get("metadata")
     if metadata is not None and not isinstance(metadata, dict):
         raise BadRequest("field metadata must be a JSON object")
+    if metadata and len(json.dumps(metadata, ensure_ascii=False).encode()) > MAX_METADATA_BYTES:
+        raise BadRequest(f"field metadata is over {MAX_METADATA_BYTES} bytes as JSON", "metadata_too_long")
     redact_key = daemon.redact_key
     # Every field a caller fills is redacted like the text (session id, metadata keys and values), and every
     # secret found anywhere is captured: nothing of it is stored, returned or logged.
@@ -209,15 +220,31 @@ async def memory_add(request: web.Request) -> web.Response:
         secrets_found.extend(zip(redacted.findings, matches, strict=True))
         return redacted.text
 
+    def clean_pair(key: str, value: str) -> str:
+        """A value read with its key, as a JSON member is in a text (`"password": "…"` is a credential
+        whatever the value looks like); the value alone if the member's redaction cannot be read back."""
+        member = clean(json.dumps({key: value}, ensure_ascii=False))
+        with contextlib.suppress(ValueError, AttributeError):
+            redacted = json.loads(member)
+            if isinstance(redacted, dict) and len(redacted) == 1:
+                return str(next(iter(redacted.values())))
+        return clean(value)
+
     def clean_json(value: Any) -> Any:
         if isinstance(value, str):
             return clean(value)
         if isinstance(value, list):
             return [clean_json(item) for item in value]
         if isinstance(value, dict):
-            return {clean(str(key)): clean_json(item) for key, item in value.items()}
+            cleaned = {}
+            for key, item in value.items():
+                name = clean(str(key))  # the member is read with its key already clean: a key is found once
+                cleaned[name] = clean_pair(name, item) if isinstance(item, str) else clean_json(item)
+            return cleaned
         return value
 
+    if redact_with_matches(agent_id, redact_key)[0].findings:  # an agent named after a pasted key
+        raise BadRequest("field agent_id looks like a credential, not an agent id", "agent_id_is_a_credential")
     redacted_text = clean(text)
     session_id = clean(session_id)
     metadata = clean_json(metadata) if metadata else metadata
@@ -241,7 +268,8 @@ async def memory_add(request: web.Request) -> web.Response:
         items.append((chunk.point_id, chunk.text, chunk.context, payload))
 
     memory = daemon.memory
-    points = await memory.in_query_thread(lambda: make_points(memory.embedder, items))  # not in the write path's queue
+    # On the write path's thread: searches (the query thread) never wait behind an add.
+    points = await memory.in_embed_thread(lambda: make_points(memory.embedder, items))
     try:
         await memory.in_store_thread(lambda: memory.store.upsert(points))
     except StoreError as exc:

@@ -25,13 +25,16 @@ T = TypeVar("T")
 
 class Memory(Protocol):
     """The store and the model. Searches embed on the query thread and read on a read thread (the write
-    path's store thread never waits for them); writes go through the store thread."""
+    path's store thread never waits for them); `/memory/add` embeds on the write path's embed thread and
+    writes through the store thread."""
 
     @property
     def store(self) -> Store: ...
 
     @property
     def embedder(self) -> Embedder: ...
+
+    async def in_embed_thread(self, fn: Callable[[], T]) -> T: ...
 
     async def in_query_thread(self, fn: Callable[[], T]) -> T: ...
 

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
-import structlog
 from aiohttp import web
 
 from veritas_watch.http.access import agent_param, request_access
@@ -20,7 +19,6 @@ from veritas_watch.http.access import agent_param, request_access
 if TYPE_CHECKING:
     from veritas_watch.http.port import Served
 
-log = structlog.get_logger()
 MAX_JSON_DEPTH = 64  # request JSON nested deeper is refused (400) before it is parsed
 _JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _NOT_BRACKET = str.maketrans("", "", "".join(chr(c) for c in range(128) if chr(c) not in "[]{}"))
@@ -38,8 +36,11 @@ def _dumps_utf8(data: Any) -> str:
 
 
 class BadRequest(web.HTTPBadRequest):
-    def __init__(self, message: str) -> None:
+    """A 400 with a JSON message; `reason` names it in the (rate-limited) `request_refused` log line."""
+
+    def __init__(self, message: str, reason: str = "bad_request") -> None:
         super().__init__(text=json.dumps({"error": message}), content_type="application/json")
+        self.refusal_reason = reason
 
 
 @dataclass
@@ -91,24 +92,45 @@ def _finite(text: str) -> float:
     return value
 
 
+def _bounded_int(text: str) -> int:
+    """An integer a double can hold (every number field is compared as one: epoch seconds, floor, limit)."""
+    if len(text.lstrip("-")) > 300:  # 10**300 is a double's order; longer is out of range, and slow to parse
+        raise _NotFinite(f"number {text[:40]}… is out of range")
+    value = int(text)
+    try:
+        float(value)
+    except OverflowError:
+        raise _NotFinite(f"number {text[:40]}… is out of range") from None
+    return value
+
+
+def _check_unicode(value: Any) -> None:
+    """JSON's `\ud800` escapes decode to lone surrogates, which are no text: nothing can store or log them."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadRequest("body holds a lone surrogate escape (\\ud800-\\udfff): not Unicode text") from None
+
+
 def parse_json_body(raw: bytes) -> Any:
     """A request body as JSON: UTF-8, at most MAX_JSON_DEPTH deep; BadRequest (400) otherwise."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise BadRequest("body must be UTF-8 JSON") from None
+    too_deep = BadRequest(f"body nests deeper than {MAX_JSON_DEPTH} levels", "json_too_deep")
     if json_depth(text) > MAX_JSON_DEPTH:
-        log.warning("request_refused", reason="json_too_deep", limit=MAX_JSON_DEPTH, bytes=len(raw))
-        raise BadRequest(f"body nests deeper than {MAX_JSON_DEPTH} levels")
+        raise too_deep
     try:
-        return json.loads(text, parse_constant=_not_json, parse_float=_finite)
+        value = json.loads(text, parse_constant=_not_json, parse_float=_finite, parse_int=_bounded_int)
     except _NotFinite as exc:
-        raise BadRequest(str(exc)) from None
+        raise BadRequest(str(exc), "number_out_of_range") from None
     except RecursionError:  # brackets hidden from the count by a malformed string: still too deep
-        log.warning("request_refused", reason="json_too_deep", limit=MAX_JSON_DEPTH, bytes=len(raw))
-        raise BadRequest(f"body nests deeper than {MAX_JSON_DEPTH} levels") from None
+        raise too_deep from None
     except ValueError:
-        raise BadRequest("body must be a JSON object") from None
+        raise BadRequest("body must be a JSON object", "not_json") from None
+    _check_unicode(value)
+    return value
 
 
 async def json_body(request: web.Request) -> dict[str, Any]:
