@@ -10,6 +10,7 @@ import functools
 import logging
 import secrets
 import sys
+import time
 from collections.abc import MutableMapping
 from typing import Any, TextIO
 
@@ -72,13 +73,35 @@ def _clear_live_line(_logger: Any, _name: str, event: MutableMapping[str, Any]) 
     return event
 
 
+LIBRARY_LOG_EVERY_S = 10.0  # one line per library message (its template) at most this often
+_LIBRARY_LOG_KEYS = 256  # templates remembered; past that the table starts again (bounded memory)
+
+
 class LibraryRecords(logging.Handler):
     """Other libraries' log records (aiohttp's server on a malformed request, asyncio's unretrieved task
-    errors) as one structured line each, redacted like ours, instead of Python's multi-line default."""
+    errors) as one structured line each, redacted like ours, instead of Python's multi-line default; the
+    same message at most once per LIBRARY_LOG_EVERY_S, with the count of those it stood for (asyncio logs
+    `socket.accept() out of system resource` thousands of times a second when file descriptors run out)."""
+
+    def __init__(self, level: int = logging.NOTSET) -> None:
+        super().__init__(level)
+        self._last: dict[tuple[str, str], tuple[float, int]] = {}  # (logger, template) -> (logged at, held back)
+        self.clock = time.monotonic
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
+            key = (record.name, str(record.msg)[:200])
+            now = self.clock()
+            logged_at, held = self._last.get(key, (-LIBRARY_LOG_EVERY_S, 0))
+            if now - logged_at < LIBRARY_LOG_EVERY_S:
+                self._last[key] = (logged_at, held + 1)
+                return
+            if len(self._last) >= _LIBRARY_LOG_KEYS:
+                self._last.clear()
+            self._last[key] = (now, 0)
             fields: dict[str, Any] = {"logger": record.name, "message": record.getMessage()[:500]}
+            if held:
+                fields["repeated"] = held  # lines held back since the last one
             if record.exc_info and record.exc_info[1] is not None:
                 exc = record.exc_info[1]
                 fields["error"] = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]

@@ -232,7 +232,8 @@ async def start_http(config: Config) -> HttpApi:
     it is."""
     local_token = secrets.token_urlsafe(32)
     gate = Gate()
-    runner = web.AppRunner(make_app(config, local_token, gate), access_log=None)
+    # An idle connection is closed after 30 s (aiohttp keeps one an hour): connections are file descriptors.
+    runner = web.AppRunner(make_app(config, local_token, gate), access_log=None, keepalive_timeout=30)
     await runner.setup()
     http = config.http
     site = web.TCPSite(runner, http.host, http.port, reuse_address=True)
