@@ -202,8 +202,11 @@ def test_bad_bodies_get_400_with_a_message(daemon: tuple[TokenDaemon, dict[str, 
 def test_loop_guard_hints_then_stops(daemon: tuple[TokenDaemon, dict[str, set[str]]]) -> None:
     client, texts = daemon
     query = json.dumps({"agent_id": LOOPER, "query": next(iter(texts[LOOPER])), "mode": "sparse"}).encode()
+    for _ in range(STOP_AFTER + 1):  # auto-recall's context block, once per user turn: not the model's loop
+        status, answer = client.call("POST", "/memory/context", query)
+        assert status == 200 and "hint" not in answer and answer["count"] > 0
     for n in range(1, STOP_AFTER + 1):
-        status, answer = client.call("POST", "/memory/search" if n % 2 else "/memory/context", query)
+        status, answer = client.call("POST", "/memory/search", query)
         assert status == 200
         assert ("hint" in answer) == (n > HINT_AFTER), n
     assert "stop searching" in answer["hint"].lower()

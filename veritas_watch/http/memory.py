@@ -8,7 +8,8 @@
 - `POST /search`: the same search, answered as a bare list (the CLI and the selftest), no loop guard.
 
 Every search is filtered by `agent_id`; one without it is refused unless `search.allow_cross_agent`.
-The loop guard counts /memory/search and /memory/context per agent (`search.loop_*`).
+The loop guard counts /memory/search per agent (`search.loop_*`); /memory/context (auto-recall, once per turn)
+and /memory/get (a read by id) are not searches it counts.
 """
 
 from __future__ import annotations
@@ -170,13 +171,12 @@ async def memory_context(request: web.Request) -> web.Response:
     daemon = served_of(request)
     cfg = daemon.config.search
     query = parse_request(daemon, await json_body(request), cfg.context_limit)
-    hint = _guard(request, query.agent_id)
+    # Not counted by the loop guard: the context block is what a plugin puts before every user turn (auto-
+    # recall), one call per turn, not a model searching in a loop; counted, a busy chat used up the guard
+    # and the agent's own searches were refused.
     hits = await _search(daemon, query)
     block = context_block(hits, cfg.context_chars)
-    answer: dict[str, object] = {"context": block, "count": len(hits), "results": [hit_to_result(h) for h in hits]}
-    if hint:
-        answer["hint"] = hint
-    return json_answer(answer)
+    return json_answer({"context": block, "count": len(hits), "results": [hit_to_result(h) for h in hits]})
 
 
 def _now_iso() -> str:

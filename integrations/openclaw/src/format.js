@@ -91,9 +91,11 @@ function lineMatches(line, result) {
  * line per memory in time order; the header is replaced by the block's own note); `results` are the same
  * memories by rank: when the budget is smaller than the block, the best-ranked memories stay (the first
  * one that does not fit is cut short), still in time order. `known`: texts (one-lined) the model already
- * has in this turn's context; recalling them again would only repeat them.
+ * has in this turn's context; recalling them again would only repeat them. `limit`: memories at most
+ * (the best-ranked of those not known: the plugin asks for more than it shows, so that a conversation that
+ * keeps asking about one fact does not fill the list with its own turns and leave the fact out).
  */
-export function recallBlock(context, results, maxChars, known = new Set()) {
+export function recallBlock(context, results, maxChars, known = new Set(), limit = Infinity) {
   const lines = String(context ?? "").split("\n").filter((line) => line.startsWith("- "))
     .filter((line) => !known.has(lineText(line))).map(neutralise);
   if (!lines.length) return "";
@@ -104,6 +106,7 @@ export function recallBlock(context, results, maxChars, known = new Set()) {
     if (index >= 0) order.push(index);
   }
   lines.forEach((_, index) => order.includes(index) || order.push(index)); // lines no result accounts for
+  order.splice(limit);
   const chosen = new Map();
   for (const index of order) { // by rank, as the daemon fills its own block: the one that does not fit is cut
     const line = lines[index];

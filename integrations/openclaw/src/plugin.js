@@ -10,6 +10,7 @@ import { sharedReporter } from "./report.js";
 export const PLUGIN_ID = "veritas-watch";
 const SEARCH_LIMIT_MAX = 20;
 const NEIGHBOURS_MAX = 5;
+const MAX_RECALL_FETCH = 50; // memories auto-recall asks /memory/context for, at most
 // Runs that are not a user talking: no recall (a heartbeat poll would spend the loop guard's budget).
 const NO_RECALL_TRIGGERS = new Set(["heartbeat", "cron", "memory"]);
 
@@ -200,10 +201,12 @@ export function createPlugin({ fetchImpl, reporter = sharedReporter } = {}) {
           const query = queryFromPrompt(prompt);
           if (!query) return undefined;
           try {
-            const answer = await client.post("/memory/context", { query, limit: config.recallLimit }, { agentId });
-            reporter.success(logger);
             const known = knownTexts(event?.messages, prompt); // already in this turn's context: not again
-            const block = recallBlock(answer.context, answer.results, config.recallMaxChars, known);
+            // More than it shows: the best of them may be this conversation's own turns, which are left out.
+            const limit = Math.min(MAX_RECALL_FETCH, config.recallLimit + Math.min(known.size, 2 * config.recallLimit));
+            const answer = await client.post("/memory/context", { query, limit }, { agentId });
+            reporter.success(logger);
+            const block = recallBlock(answer.context, answer.results, config.recallMaxChars, known, config.recallLimit);
             return block ? { prependContext: block } : undefined;
           } catch (error) {
             // the loop guard's refusal is not news for the model: it did not search; the turn goes on

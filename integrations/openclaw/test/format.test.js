@@ -66,6 +66,16 @@ test("what the model already has in this turn is not recalled again", () => {
   assert.equal(recallBlock(CONTEXT, RANKED, 2000, knownTexts([], M1.text, M2.text, M3.text)), "");
 });
 
+test("the limit counts memories the model does not have yet, best-ranked first", () => {
+  // The conversation asked about the boat twice: its own turns (m1, m2) rank first, the fact (m3) after.
+  const ranked = [M1, M2, M3];
+  const known = knownTexts([], M1.text, M2.text);
+  const block = recallBlock(CONTEXT, ranked, 2000, known, 1);
+  assert.ok(block.includes(M3.text) && !block.includes(M1.text), block);
+  const one = recallBlock(CONTEXT, RANKED, 2000, new Set(), 1);
+  assert.ok(one.includes(M3.text) && !one.includes(M1.text) && !one.includes(M2.text), one);
+});
+
 test("nothing to recall is no block; a memory cannot close the block", () => {
   assert.equal(recallBlock("", [], 2000), "");
   assert.equal(recallBlock(HEADER, [], 2000), "");

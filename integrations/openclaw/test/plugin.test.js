@@ -146,7 +146,7 @@ test("auto-recall: the context block for the user's words, within the budget, fo
       { agentId: "main", trigger: "user", sessionKey: "agent:main:main" });
     assert.ok(out.prependContext.includes(FACT.text));
     assert.ok(out.prependContext.length <= 400);
-    assert.deepEqual(daemon.requests[0].body, { query: "When is Ingrid's birthday?", limit: 4, agent_id: "main" });
+    assert.deepEqual(daemon.requests[0].body, { query: "When is Ingrid's birthday?", limit: 5, agent_id: "main" });  // recallLimit 4 + the one text the model has (its prompt)
     // already in the conversation: nothing to add
     const again = await hook({ prompt: "When?", messages: [{ role: "user", content: FACT.text }] }, { agentId: "main" });
     assert.equal(again, undefined);
