@@ -140,3 +140,34 @@ def test_s24_store_slow_cursor_waits_for_the_ack(faulty: tuple[InProcessDaemon, 
     assert_store_matches(daemon, book)
     assert daemon.cursors()[file_key(path)].offset == path.stat().st_size
     assert not daemon.events("store_retry")  # slow is not failed
+
+
+def test_s24_a_nearly_full_disk_holds_writes_back_instead_of_killing_the_daemon(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The embedded store writes through memory maps, and a write to a full disk is SIGBUS: a trial's daemon
+    died without a log line. Below `MIN_FREE_BYTES` free the real store refuses to write (a StoreError): the
+    write path retries and says why, the cursor waits, and everything is stored once when space is back."""
+    from veritas_watch.sinks import edge
+
+    (tmp_path / "state" / "agents").mkdir(parents=True)
+    daemon = InProcessDaemon(tmp_path / "state", tmp_path / "data",
+                             config={"pipeline": {"retry_initial": 0.05, "retry_max": RETRY_MAX}})
+    daemon.start()
+    try:
+        book = Ledger(daemon.state_dir, "full")
+        path = book.path("one")
+        append(path, book.header("one") + b"".join(book.entry("one") for _ in range(3)))
+        daemon.wait_idle()
+        frozen = daemon.cursors()[file_key(path)]
+        monkeypatch.setattr(edge, "MIN_FREE_BYTES", 1 << 62)  # no filesystem has that much free: "full"
+        append(path, b"".join(book.entry("one", role="assistant") for _ in range(4)))
+        said = wait_for(lambda: [e for e in daemon.events("store_retry") if "MiB free" in e["error"]], timeout=60,
+                        what="the write held back for want of space, and why")
+        assert "free some space" in said[0]["error"]
+        assert daemon.status()["store_state"] == "down" and daemon.cursors()[file_key(path)] == frozen
+        monkeypatch.undo()
+        daemon.wait_idle()
+        assert_store_matches(daemon, book)
+    finally:
+        monkeypatch.undo()
+        daemon.stop()

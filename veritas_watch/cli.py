@@ -19,6 +19,7 @@ from veritas_watch import client
 from veritas_watch import log as logsetup
 from veritas_watch.client import DaemonEndpoint, DaemonRefused
 from veritas_watch.config import Config, ConfigError, load_config
+from veritas_watch.sinks.store import StoreError
 
 EXIT_CONFIG = 2
 
@@ -121,7 +122,6 @@ def cmd_run(config: Config, once: bool) -> int:
     from veritas_watch.daemon import Daemon
     from veritas_watch.embedding import EmbedderError
     from veritas_watch.owner import StartupError
-    from veritas_watch.sinks.store import StoreError
 
     try:
         return asyncio.run(Daemon(config, once=once).run())
@@ -352,7 +352,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
-    except CliError as exc:
+    except (CliError, StoreError) as exc:  # StoreError: the store cannot be opened (disk full, damaged)
         print(f"veritas-watch: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:  # an unusable data dir, a file that cannot be read: one line, not a traceback

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -104,10 +105,29 @@ LEGACY_TUNING = EdgeTuning(compact=False)  # the store before issue 16: everythi
 _RESCORE = qe.SearchParams(quantization=qe.QuantizationSearchParams(rescore=True, oversampling=1.0))
 
 
+# The engine writes its WAL (32 MB segments, created whole) and its segments through memory maps: on a full
+# disk a write is SIGBUS, which kills the process without a word. So no write starts with less than this free
+# on the store's filesystem; it fails as a StoreError instead (retried, logged, the cursors wait).
+MIN_FREE_BYTES = 64 * 1024 * 1024
+
+
+def require_room(path: Path, what: str) -> None:
+    """StoreError unless the filesystem holding `path` has MIN_FREE_BYTES free."""
+    try:
+        free = shutil.disk_usage(path if path.exists() else path.parent).free
+    except OSError:
+        return  # what cannot be measured is left to the write itself
+    if free < MIN_FREE_BYTES:
+        raise StoreError(f"{what} held back: {free // 2**20} MiB free on the filesystem of {path}, "
+                         f"{MIN_FREE_BYTES // 2**20} MiB needed (the embedded store writes through memory maps, "
+                         "and a write to a full disk would kill the daemon); free some space")
+
+
 class EdgeStore:
     def __init__(self, path: Path, meta: StoreMeta, tuning: EdgeTuning = DEFAULT_TUNING) -> None:
         self.meta = meta
         self.path = path
+        require_room(path, "opening the store")
         stored = stored_quantization(path)
         self.tuning = tuning = tuning if stored is None else dataclasses.replace(tuning, quantization=stored)
         self._xling = meta.xling_dim is not None
@@ -195,6 +215,7 @@ class EdgeStore:
                     raise StoreError(f"point {p.id} has no {XLING} vector, which this store holds")
                 vectors[XLING] = list(p.xling)
             batch.append(qe.Point(uuid.UUID(p.id), vectors, p.payload))  # type: ignore[arg-type]
+        require_room(self.path, "a write")
         try:
             self._shard.update(qe.UpdateOperation.upsert_points(batch))
         except Exception as exc:
@@ -203,6 +224,7 @@ class EdgeStore:
 
     def delete(self, ids: Sequence[str]) -> None:
         if ids:
+            require_room(self.path, "a delete")
             try:
                 self._shard.update(qe.UpdateOperation.delete_points([uuid.UUID(i) for i in ids]))
             except Exception as exc:
@@ -294,6 +316,7 @@ class EdgeStore:
 
     def flush(self) -> None:
         """Every acknowledged write durable on disk; the WAL is trimmed to what is not yet in segments."""
+        require_room(self.path, "a flush")
         try:
             self._shard.flush()
         except Exception as exc:
@@ -306,6 +329,7 @@ class EdgeStore:
         The conversion maps the segment it reads and the one it writes: a 100k-point daemon's RSS rose by
         ~110 MB of file pages for the seconds a 10k-point conversion took, and no release can run meanwhile
         (the GIL). So it starts with the store's mapped pages dropped and ends with what it touched dropped."""
+        require_room(self.path, "an optimization")
         try:
             started = time.perf_counter()
             self.release_memory()  # the growing segment's pages: ~50 MB before a 10k-point conversion
