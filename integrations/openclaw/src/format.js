@@ -137,8 +137,11 @@ export function formatSearch(query, answer) {
   const out = [];
   if (answer?.hint) out.push(`veritas-watch: ${answer.hint}`);
   if (!results.length) {
-    out.push(`No memory found for "${clip(oneLine(query), 200)}". This agent's earlier conversations hold ` +
-      "nothing about it (or not in the time range asked).");
+    // Not "memory holds nothing": the relevance floor empties a search whose words are far from a memory
+    // that is there (a trial: "car Tesla" found nothing, "blue Tesla" found the Chinese message).
+    out.push(`No memory found for "${clip(oneLine(query), 200)}": nothing stored matched closely enough ` +
+      "(or in the time range asked). If it should be there, search once more with the words the user would " +
+      "have used (a name, a place, a date); else answer without it.");
     return out.join("\n");
   }
   const indexById = new Map(results.map((result, i) => [result.id, i + 1]));
