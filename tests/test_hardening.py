@@ -308,6 +308,9 @@ def test_f3_requests_a_web_page_can_make_are_refused(default_daemon: DaemonProce
         # DNS rebinding: the page's own name resolves to 127.0.0.1; its requests carry that name.
         ("GET", "/export?agent=main", None, {"Host": f"rebind.attacker.example:{port}"}),
         ("GET", "/status?agent=main", None, {"Host": "rebind.attacker.example"}),
+        # Forms no DNS name has, but not loopback literals either: a zone on IPv4, brackets around IPv4.
+        ("GET", "/status?agent=main", None, {"Host": "127.0.0.1%evil.example"}),
+        ("GET", "/status?agent=main", None, {"Host": f"[127.0.0.1]:{port}"}),
         ("POST", "/memory/search", json.dumps({"agent_id": "main", "query": "gate"}).encode(),
          {"Host": f"rebind.attacker.example:{port}", "Content-Type": "application/json"}),
         # Cross-site "simple" requests: no preflight needed, so the browser sends them as they are.

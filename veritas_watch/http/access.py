@@ -91,7 +91,7 @@ def agent_param(value: object, field: str = "agent_id") -> str:
 
 def _is_loopback_ip(text: str) -> bool:
     try:
-        return ipaddress.ip_address(text.split("%", 1)[0]).is_loopback
+        return ipaddress.ip_address(text).is_loopback  # a zone only on IPv6 (`::1%lo`), never `127.0.0.1%x`
     except ValueError:
         return False
 
@@ -129,6 +129,8 @@ def _split_authority(value: str) -> tuple[str, str | None]:
         if end < 0:
             return value, None
         rest = value[end + 1:]
+        if ":" not in value[1:end]:
+            return value, None  # brackets hold an IPv6 literal only (`[127.0.0.1]` names nothing)
         return value[1:end], (rest[1:] if rest.startswith(":") else None)
     if value.count(":") == 1:
         host, port = value.split(":")
@@ -151,7 +153,7 @@ def _name_allowed(name: str, http: HttpConfig) -> bool:
         return True
     if configured in WILDCARDS:
         try:
-            ipaddress.ip_address(name.split("%", 1)[0])
+            ipaddress.ip_address(name)
             return True
         except ValueError:
             return name in {socket.gethostname().lower(), socket.getfqdn().lower()}
