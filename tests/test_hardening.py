@@ -543,7 +543,8 @@ def test_f6_nan_and_infinity_are_not_json(default_daemon: DaemonProcess) -> None
 
 
 def test_f6_numbers_beyond_a_double_and_lone_surrogates_are_400s(default_daemon: DaemonProcess) -> None:
-    """An integer too big for a float (10**400) and a `\\ud800` escape answered 500 with a log error."""
+    """An integer too big for a float (10**400) and a `\\ud800` escape answered 500 with a log error; a time
+    range that ends before it starts answered 200 with nothing."""
     daemon = default_daemon
     big = b"1" + b"0" * 400
     bodies = [("/memory/search", b'{"agent_id": "main", "query": "x", "since": ' + big + b"}"),
@@ -551,6 +552,7 @@ def test_f6_numbers_beyond_a_double_and_lone_surrogates_are_400s(default_daemon:
               ("/memory/search", b'{"agent_id": "main", "query": "x", "floor": ' + big + b"}"),
               ("/memory/add", b'{"agent_id": "main", "text": "note \\ud800 end"}'),
               ("/memory/add", b'{"agent_id": "main", "text": "x", "metadata": {"\\udc80": "y"}}')]
+    bodies.append(("/memory/search", b'{"agent_id": "main", "query": "x", "since": 2000000000, "until": 1000000000}'))
     for path, body in bodies:
         status, answer = call(daemon, "POST", path, body)
         assert status == 400 and isinstance(answer, dict) and "error" in answer, (path, body[:80], status, answer)

@@ -111,6 +111,8 @@ def parse_request(daemon: Served, body: dict[str, Any], default_limit: int) -> M
     if mode not in ("dense", "sparse", "hybrid"):
         raise BadRequest("field mode must be dense, sparse or hybrid")
     since, until = _epoch(body, "since"), _epoch(body, "until")
+    if since is not None and until is not None and since > until:
+        raise BadRequest("field since is after until: no time is in that range")
     floor = floor_for(daemon.memory.embedder, cfg.relevance_floor)
     floor_field = body.get("floor")
     if floor_field is False:
