@@ -55,6 +55,11 @@ function who(result) {
   return result.speaker ? `${role} (${oneLine(result.speaker)})` : role;
 }
 
+/** Whether a search result is one of `known`'s texts (the model holds it in its current turn already). */
+export function isKnown(result, known) {
+  return Boolean(known?.size) && known.has(cleanText(result?.text));
+}
+
 /** The one-lined texts of a conversation's user and assistant messages (what the model already sees). */
 export function knownTexts(messages, ...more) {
   const known = new Set();

@@ -4,7 +4,7 @@
 
 import { MemoryError, VeritasClient } from "./client.js";
 import { resolveConfig } from "./config.js";
-import { detailOf, formatGet, formatSearch, knownTexts, queryFromPrompt, recallBlock } from "./format.js";
+import { detailOf, formatGet, formatSearch, isKnown, knownTexts, queryFromPrompt, recallBlock } from "./format.js";
 import { sharedReporter } from "./report.js";
 
 export const PLUGIN_ID = "veritas-watch";
@@ -97,6 +97,9 @@ export function createPlugin({ fetchImpl, reporter = sharedReporter } = {}) {
       for (const problem of problems) reporter.once(logger, `config:${problem}`, `config: ${problem}`);
       for (const [key, message] of setupProblems(api.config, config)) reporter.once(logger, `setup:${key}`, message);
       const client = new VeritasClient(config, fetchImpl);
+      // agent id -> the texts its current turn holds (from auto-recall's hook); one entry per agent, replaced
+      // each turn, so it never grows past the agents OpenClaw runs
+      const heldThisTurn = new Map();
 
       /** A failed call, told to the log the way it deserves; returns the sentence for the model. */
       const failed = (error, what, agentId) => {
@@ -147,7 +150,11 @@ export function createPlugin({ fetchImpl, reporter = sharedReporter } = {}) {
               if (until !== undefined) body.until = until;
               const answer = await client.post("/memory/search", body, { agentId, signal });
               reporter.success(logger);
-              const results = Array.isArray(answer.results) ? answer.results : [];
+              // Not what the model holds already: the user's message of this turn (stored by the time the model
+              // searches) and this conversation's turns would otherwise crowd out what it asks for.
+              const held = heldThisTurn.get(agentId);
+              answer.results = (Array.isArray(answer.results) ? answer.results : []).filter((r) => !isKnown(r, held));
+              const results = answer.results;
               return text(formatSearch(query, answer), {
                 count: results.length,
                 results: results.map(detailOf),
@@ -202,6 +209,7 @@ export function createPlugin({ fetchImpl, reporter = sharedReporter } = {}) {
           if (!query) return undefined;
           try {
             const known = knownTexts(event?.messages, prompt); // already in this turn's context: not again
+            heldThisTurn.set(agentId, known);
             // More than it shows: the best of them may be this conversation's own turns, which are left out.
             const limit = Math.min(MAX_RECALL_FETCH, config.recallLimit + Math.min(known.size, 2 * config.recallLimit));
             const answer = await client.post("/memory/context", { query, limit }, { agentId });

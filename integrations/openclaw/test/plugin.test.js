@@ -85,6 +85,24 @@ test("memory_search: time range passed on; results cite session, time and role; 
   }
 });
 
+test("memory_search leaves out what the model holds in this turn: its user's message, its conversation", async () => {
+  const asked = { ...FACT, id: "0b8f4c52-9a55-5a55-8a55-000000000002", text: "When is Ingrid's birthday again?" };
+  const daemon = await daemonAnswering({ "/memory/search": () => ({ json: { results: [asked, FACT], count: 2 } }) });
+  try {
+    const api = register({ url: daemon.url });
+    await api.hook("before_prompt_build")({ prompt: "[Tue 2026-12-01 16:50 UTC] When is Ingrid's birthday again?",
+      messages: [] }, { agentId: "main" });
+    const held = await api.tool("memory_search", { agentId: "main" }).execute("c", { query: "Ingrid birthday" });
+    assert.equal(held.details.count, 1);
+    assert.ok(textOf(held).includes(FACT.text) && !textOf(held).includes(asked.text), textOf(held));
+    // another agent's turn is its own: nothing of main's is left out of ops' search
+    const other = await api.tool("memory_search", { agentId: "ops" }).execute("c", { query: "Ingrid birthday" });
+    assert.equal(other.details.count, 2);
+  } finally {
+    await daemon.close();
+  }
+});
+
 test("the loop guard reaches the model as text: the hint, and the refusal with its hint", async () => {
   let calls = 0;
   const daemon = await daemonAnswering({

@@ -363,7 +363,11 @@ def _cue_crosses_into_assignment(m: re.Match[str], text: str, start: int) -> boo
     return not name or any(c in name for c in "._-[") or _is_wordish(name) or name.isupper()
 
 
-_CJK_RE = re.compile(r"[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]")
+# `correct-horse-battery-staple`: four or more words joined by one separator, as passphrase generators write
+# them (only after a password cue: the cue vouches, the shape says it is no ordinary word)
+_PASSPHRASE_RE = re.compile(r"[A-Za-z]{3,}(?P<j>[-_.])[A-Za-z]{3,}(?:(?P=j)[A-Za-z]{3,}){2,}")
+
+_CJK_RE = re.compile(r"[\u3000-\u30ff\u4e00-\u9fff\uff00-\uffef]")  # CJK punctuation, kana, ideographs
 
 
 def _cjk_set_off(m: re.Match[str], text: str, end: int) -> bool:
@@ -393,6 +397,7 @@ def _extract_password_cue(rule: Rule, m: re.Match[str], text: str) -> _Hit | Non
             _plausible(value, "password", quoted=quoted)
             or _symbol_password(value)
             or _random_printable(value)
+            or _PASSPHRASE_RE.fullmatch(value) is not None
             # a word is a password where the layout sets it off: in Chinese, or alone on the next line
             or ((_cjk_set_off(m, text, stop) or _alone_on_next_line(m, text, start, stop))
                 and _chosen_word_password(value))
@@ -416,7 +421,7 @@ def _extract_token_cue(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
     start, end = _keep_random_tail(m, text, start, end)
     value = text[start:end]
     cue = m.group("cue").lower()
-    secret_cue = "secret" in cue or cue in ("密钥", "秘钥", "私钥")
+    secret_cue = "secret" in cue or cue in ("密钥", "秘钥", "私钥", "秘密鍵", "シークレットキー")
     # a word with a symbol in it is a chosen secret under a secret cue, or under any cue where the value
     # is set off (`token is `Prestigitariu$``, `token 是 Prestigitariu$ 别…`, alone on the line after
     # `token:`); words joined by a symbol after a token cue are its scopes (`read+write`)

@@ -1063,22 +1063,25 @@ _CURL_USER_RE = (
 )
 
 # "password is", "密钥是", "key:", "令牌记下来：" (a few CJK words may sit between cue and colon)
+# (Japanese: `パスワードは X です`, the topic particle as the separator; kana may sit between cue and colon.)
 _CUE_SEP = (
-    r"(?P<sep>(?:[\u4e00-\u9fff]{1,6}?)?"
+    r"(?P<sep>(?:[\u3040-\u30ff\u4e00-\u9fff]{1,6}?)?"
     r"(?:\s+(?:is|was|are|would\s+be|will\s+be|should\s+be|set\s+to|changed\s+to|to)\b\s*[:：]?|"
-    r"\s*(?:是|为|為)\s*[:：]?|\s*[:：=＝]|\s*=>|\s*->))[ \t\u3000]*(?:\r?\n[ \t]*)?"
+    r"\s*(?:是|为|為|は)\s*[:：]?|\s*[:：=＝]|\s*=>|\s*->))[ \t\u3000]*(?:\r?\n[ \t]*)?"
 )
 _CUE_VALUE = r"(?P<q>[`\"'“‘「『]?)(?P<value>[!-~]{1,2048})"
 _TARGET = r"(?:\s+(?:for|of|to|on)\s+(?P<target>[^\n:=,;。，：]{1,40}?))?"
 
 _PASSWORD_CUE_RE = (
-    r"(?i)(?P<cue>(?<![A-Za-z0-9_\-])(?:pass(?:word|wd|phrase|code)s?|pwd|pin\s?code)|"
-    r"密码|密碼|口令|密匙|通行码)(?![A-Za-z0-9_\-])" + _TARGET + r"[\"']?" + _CUE_SEP + _CUE_VALUE
+    r"(?i)(?P<cue>(?<![A-Za-z0-9_\-])(?:pass(?:word|wd|phrase|code)s?|pwd|pw|pin\s?code)|"
+    r"密码|密碼|口令|密匙|通行码|パスワード|パスコード|暗証番号|合言葉)(?![A-Za-z0-9_\-])" + _TARGET + r"[\"']?"
+    + _CUE_SEP + _CUE_VALUE
 )
 _TOKEN_CUE_RE = (
     r"(?i)(?P<cue>(?<![A-Za-z0-9_\-])(?:(?:(?:api|access|secret|auth|bearer|bot|refresh|private|app|client|"
     r"personal\s+access|license)[ \t_\-]?)?(?:keys?|tokens?|secrets?)|apikey|credentials?)|"
-    r"密钥|秘钥|私钥|令牌|授权码|凭证|凭据)(?![A-Za-z0-9_\-])" + _TARGET + r"[\"']?" + _CUE_SEP + _CUE_VALUE
+    r"密钥|秘钥|私钥|令牌|授权码|凭证|凭据|秘密鍵|(?:API|アクセス|シークレット|認証)キー|(?:アクセス)?トークン)"
+    r"(?![A-Za-z0-9_\-])" + _TARGET + r"[\"']?" + _CUE_SEP + _CUE_VALUE
 )
 
 # Passwords passed positionally: `.netrc` (`machine h login u password p`), `psexec -u u -p p`,
@@ -1528,14 +1531,16 @@ _GENERIC_RULES: tuple[Rule, ...] = (
     _g(
         "password_cue",
         _PASSWORD_CUE_RE,
-        ("pass", "pwd", "pin", "密码", "密碼", "口令", "密匙", "通行码"),
+        ("pass", "pw", "pin", "密码", "密碼", "口令", "密匙", "通行码", "パスワード", "パスコード", "暗証番号",
+         "合言葉"),
         _extract_password_cue,
         kind="cue",
     ),
     _g(
         "token_cue",
         _TOKEN_CUE_RE,
-        ("key", "token", "secret", "credential", "密钥", "秘钥", "私钥", "令牌", "授权码", "凭"),
+        ("key", "token", "secret", "credential", "密钥", "秘钥", "私钥", "令牌", "授权码", "凭", "秘密鍵", "キー",
+         "トークン"),
         _extract_token_cue,
         kind="cue",
     ),
