@@ -833,3 +833,19 @@ def test_f6_a_library_message_repeated_fast_is_one_line(monkeypatch: pytest.Monk
     lines = [json.loads(line) for line in out.getvalue().splitlines()]
     assert [(e["logger"], e.get("repeated")) for e in lines] == [
         ("asyncio", None), ("aiohttp.server", None), ("asyncio", 4999)], lines
+
+
+def test_a_data_dir_made_open_beforehand_is_closed_to_others(tmp_path: Path) -> None:
+    """Made by hand with the usual 0755, it held every agent's memory readable by any user (a trial)."""
+    (tmp_path / "state" / "agents").mkdir(parents=True)
+    data = tmp_path / "data"
+    data.mkdir(mode=0o755)
+    data.chmod(0o755)
+    daemon = InProcessDaemon(tmp_path / "state", data)
+    daemon.start()
+    try:
+        assert data.stat().st_mode & 0o777 == 0o700
+        said = daemon.events("data_dir_permissions_tightened")
+        assert len(said) == 1 and said[0]["was"] == "0o755", said
+    finally:
+        daemon.stop()

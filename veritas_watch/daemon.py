@@ -105,11 +105,21 @@ class Runtime:
 StoreWrapper = Callable[[Store], Store]
 
 
+def keep_private(data_dir: Path) -> None:
+    """The data dir holds every agent's memory: only its owner may enter it. One made beforehand with the
+    usual 0755 (a `mkdir` by hand) is closed to others, and the log says so."""
+    st = data_dir.stat()
+    if st.st_mode & 0o077 and st.st_uid == os.geteuid():
+        data_dir.chmod(0o700)
+        log.warning("data_dir_permissions_tightened", path=str(data_dir), was=oct(st.st_mode & 0o777), now="0o700")
+
+
 def open_runtime(config: Config, commit: CommitBatch, wrap_store: StoreWrapper | None = None,
                  on_store_latency: Callable[[float], None] | None = None,
                  problems: ProblemLog | None = None) -> Runtime:
     data_dir = config.data_dir
     data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    keep_private(data_dir)
     # The model loads on a thread while the store opens (its tokenizer, most of it, lets go of the GIL):
     # ~0.4 s of a restart.
     embedder = configured_embedder(config, background=True)
