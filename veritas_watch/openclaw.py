@@ -156,8 +156,10 @@ def canonical_agent_id(value: object) -> str:
         return _trim(value)
     if not is_valid_agent_id(value):
         # Echoed only when short: a caller may have pasted a key where the id goes (answers and logs hold no secret).
-        shown = repr(value) if isinstance(value, str) and len(value) <= 16 else f"a {type(value).__name__}" + (
-            f" of {len(value)} characters" if isinstance(value, str) else "")
+        if isinstance(value, str):
+            shown = repr(value) if len(value) <= 16 else f"a string of {len(value)} characters"
+        else:
+            shown = f"a {type(value).__name__}"
         raise InvalidAgentId(f"not an OpenClaw agent id: {shown} (allowed: a letter or digit, then up to 63 "
                              "letters, digits, '_' or '-')")
     return _trim(value).lower()

@@ -272,6 +272,13 @@ def _neighbours(store: Store, request: MemoryRequest, hits: Sequence[tuple[str, 
 AGREE_DEPTH = 3
 
 
+def _lists_agree(query: str, dense: Sequence[Hit], sparse: Sequence[Hit]) -> bool:
+    """The keyword list's best memory is among the dense list's best AGREE_DEPTH, for a query mostly not in
+    Chinese/Japanese: CJK n-grams match by chance (the fusion weighs them less too)."""
+    return (bool(sparse) and cjk_fraction(query) < 0.5
+            and _entry_key(sparse[0].payload) in {_entry_key(h.payload) for h in dense[:AGREE_DEPTH]})
+
+
 def _entry_key(payload: dict[str, object]) -> Hashable:
     """What one memory's chunks share: the entry (a quoted group message is its own memory: speaker, time)."""
     return (payload.get("agent_id"), payload.get("session_id"), payload.get("entry_id"), payload.get("speaker"),
@@ -366,12 +373,10 @@ def run_search(store: Store, request: MemoryRequest, vectors: QueryVectors,
         queries["xling"] = dataclasses.replace(base, mode="dense", dense=vectors.xling, using=XLING)
     found = dict(zip(queries, store.search_batch(list(queries.values())), strict=True)) if queries else {}
     dense, sparse, xling = found.get("dense", []), found.get("sparse", []), found.get("xling", [])
-    # Keyword evidence counts for alphabetic queries: CJK n-grams match by chance (the fusion weighs them less too).
-    agree = (bool(sparse) and cjk_fraction(request.text) < 0.5
-             and _entry_key(sparse[0].payload) in {_entry_key(h.payload) for h in dense[:AGREE_DEPTH]})
     if request.floor is not None and request.mode != "sparse" and not passes_floor(
             dense[0].score if dense else None, dataclasses.replace(ranking, floor=request.floor),
-            (xling[0].score if xling else None) if "xling" in queries else None, agree=agree):
+            (xling[0].score if xling else None) if "xling" in queries else None,
+            agree=_lists_agree(request.text, dense, sparse)):
         return []
     payloads = {h.id: h.payload for h in (*dense, *sparse, *xling)}
     if request.mode == "hybrid":

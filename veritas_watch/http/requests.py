@@ -93,15 +93,11 @@ def _finite(text: str) -> float:
 
 
 def _bounded_int(text: str) -> int:
-    """An integer a double can hold (every number field is compared as one: epoch seconds, floor, limit)."""
-    if len(text.lstrip("-")) > 300:  # 10**300 is a double's order; longer is out of range, and slow to parse
+    """An integer a double holds (every number field is compared as one: epoch seconds, floor, limit): up to
+    300 digits, which every double can (its range ends near 10**308); longer is refused before it is parsed."""
+    if len(text.lstrip("-")) > 300:
         raise _NotFinite(f"number {text[:40]}… is out of range")
-    value = int(text)
-    try:
-        float(value)
-    except OverflowError:
-        raise _NotFinite(f"number {text[:40]}… is out of range") from None
-    return value
+    return int(text)
 
 
 def _check_unicode(value: Any) -> None:
