@@ -930,6 +930,52 @@ NOT_SECRETS_OPENCLAW_DOCS = [
 
 
 # ---------------------------------------------------------------------------------------------
+# Passwords on command lines people paste, found by a credential trial: a short flag whose next
+# argument is the password (sshpass, docker login, redis-cli, sqlcmd, ldapsearch, mosquitto, zip,
+# mongosh, xfreerdp), mysql's attached `-p` quoted, `pass:` as a label, and a password given right
+# after its name or as `user / password` after a login cue. Prose that names such a command with an
+# ordinary word after the flag, or a password with a word or a name after it, is no password.
+
+COMMAND_LINE_ROUND = [
+    ("sshpass -p", "Tr0ub4dor&3x", "sshpass -p '{v}' ssh deploy@10.0.0.5"),
+    ("sshpass by path", "hunter22", "/usr/bin/sshpass -p {v} scp a.txt box:"),
+    ("docker login -p", "Hn6tYq2Lx9", "docker login -u bob -p {v} registry.example.com"),
+    ("podman login -p", "Pd4mKq8zLx", "$ podman login quay.io -u bob -p {v}"),
+    ("redis-cli -a", "foobared", "try this: `redis-cli -a {v} ping`"),
+    ("sqlcmd -P", "Pa55w0rd!x", 'sqlcmd -S db -U sa -P "{v}" -Q "select 1"'),
+    ("ldapsearch -w", "Sup3rSecret", "ldapsearch -x -D cn=admin,dc=example -w {v} -b dc=example"),
+    ("mosquitto_pub -P", "Mq7zLp2x", "mosquitto_pub -h broker -u dev -P {v} -t t -m hi"),
+    ("zip -P after &&", "opensesame", "cd /tmp && zip -P {v} x.zip notes.txt"),
+    ("mongosh -p", "Mg6nLq8z", "mongosh -u admin -p {v} --authenticationDatabase admin"),
+    ("xfreerdp /p:", "Rdp7zLq2x", "xfreerdp /v:10.0.0.9 /u:admin /p:{v}"),
+    ("mysql -p quoted", "S3cr3tPw9x", "mysql -u root -p'{v}' shop"),
+    ("psexec in cmd /c", "dev_admin", "cmd.exe /C PSEXEC \\\\10.0.94.120 -u Administrator -p {v} CMD"),
+    ("pass: label", "Gx7mK2qLz", "wifi pass: {v}"),
+    ("password then the value", "sunshine42", "log in as admin with password {v}"),
+    ("the password then the value", "Tr0ub4dor3x", "ssh in with the password {v} please"),
+    ("login pair", "sunshine42", "login: admin / {v}"),
+    ("creds pair", "Qwerty2024", "the creds are admin / {v}"),
+]
+NOT_SECRETS_COMMAND_LINES = [
+    "I'll zip -P the files later",
+    "run redis-cli -a then paste",
+    "the docker login page asks -p first",
+    "mysql -u root -p shop",
+    "mongosh -u admin -p --authenticationDatabase admin",
+    "boarding pass: gate 12",
+    "the pass: a narrow road through the mountains",
+    "account: billing / invoices-2024",
+    "credentials / aws-prod-2",
+    "password 2fa-enabled",
+    "login: admin / settings",
+    "sign in with Google / Apple",
+    "the password policy requires 12chars minimum",
+    "I changed my password 3 times",
+    "pwd /home/bob2",
+]
+
+
+# ---------------------------------------------------------------------------------------------
 # Every round's cases through the same two checks: each secret covered whole by one span and gone from the
 # redacted text; each text that holds none left without a finding.
 
@@ -945,6 +991,7 @@ HIDDEN_WHOLE = {
     "kingfisher second pass": KINGFISHER_SECOND_ROUND,
     "detect-secrets code lines": CODE_LINE_ROUND,
     "settings (whispers)": SETTINGS_ROUND,
+    "command lines": COMMAND_LINE_ROUND,
 }
 LEFT_ALONE = {
     "code": CODE_NOT_SECRETS,
@@ -957,6 +1004,7 @@ LEFT_ALONE = {
     "detect-secrets code lines": NOT_SECRETS_CODE_LINES,
     "settings (whispers)": NOT_SECRETS_SETTINGS,
     "openclaw docs": NOT_SECRETS_OPENCLAW_DOCS,
+    "command lines": NOT_SECRETS_COMMAND_LINES,
 }
 
 

@@ -1073,7 +1073,7 @@ _CUE_VALUE = r"(?P<q>[`\"'“‘「『]?)(?P<value>[!-~]{1,2048})"
 _TARGET = r"(?:\s+(?:for|of|to|on)\s+(?P<target>[^\n:=,;。，：]{1,40}?))?"
 
 _PASSWORD_CUE_RE = (
-    r"(?i)(?P<cue>(?<![A-Za-z0-9_\-])(?:pass(?:word|wd|phrase|code)s?|pwd|pw|pin\s?code)|"
+    r"(?i)(?P<cue>(?<![A-Za-z0-9_\-])(?:pass(?:word|wd|phrase|code)s?|pass(?=[ \t]*[:：=])|pwd|pw|pin\s?code)|"
     r"密码|密碼|口令|密匙|通行码|パスワード|パスコード|暗証番号|合言葉)(?![A-Za-z0-9_\-])" + _TARGET + r"[\"']?"
     + _CUE_SEP + _CUE_VALUE
 )
@@ -1093,11 +1093,31 @@ _NETRC_RE = (
     r"password[ \t]+(?P<netrc>[^\s\"']{1,256})"
 )
 _GROOVY_PASSWORD_RE = r"(?i)(?<![\w.\-])(?:password|passwd)[ \t]+(?P<gq>[\"'])(?P<groovy>[^\"'\n]{3,256})(?P=gq)"
-_PSEXEC_RE = (
-    r"(?i)\bpsexec(?:64)?(?:\.exe)?\b[^\n]{0,200}?[ \t]-p[ \t]+(?P<pq>[\"']?)(?P<psexec>[^\s\"']{1,256})(?P=pq)"
+# A command whose short flag takes the password as its next argument: `psexec -p`, `sshpass -p`,
+# `docker login -p`, `redis-cli -a`, `sqlcmd -P`, `ldapsearch -w`, `mosquitto_pub -P`, `zip -P`,
+# `rdesktop -p`; xfreerdp's `/p:`. mysql's `-p` takes it attached (`-pS3cret`, `-p'S3cret'`): there a
+# separate word after `-p` is the database.
+_COMMAND_FLAGS: tuple[tuple[str, str], ...] = (
+    (r"psexec(?:64)?(?:\.exe)?", "-p"),
+    (r"sshpass", "-p"),
+    (r"(?:docker|podman|buildah|skopeo|nerdctl|oras|crane)\b[^\n]{0,40}?\blogin", "-p"),
+    (r"helm[ \t]+registry[ \t]+login", "-p"),
+    (r"redis-cli|keydb-cli|valkey-cli", "-a"),
+    (r"sqlcmd(?:\.exe)?|osql|bcp", "-P"),
+    (r"ldap(?:search|modify|add|delete|whoami|passwd|compare|modrdn)", "-w"),
+    (r"mosquitto_(?:pub|sub|rr)", "-P"),
+    (r"zip|unzip", "-P"),
+    (r"mongo|mongosh|mongodump|mongorestore|mongoexport|mongoimport|rdesktop", "-p"),
+)
+_COMMAND_PASSWORD_RE = (
+    r"(?<![\w\-.])(?P<command>"
+    + "|".join(f"(?i:{c})(?:[ \\t][^\\n]{{0,200}}?)?[ \\t]{f}" for c, f in _COMMAND_FLAGS)
+    + r")[ \t]+(?P<pq>[\"']?)(?P<psexec>[^\s\"'\-][^\s\"']{0,255})(?P=pq)"
+    r"|(?<![\w\-.])(?i:xfreerdp3?)\b[^\n]{0,200}?[ \t][/\-]p:(?P<rq>[\"']?)(?P<rdp>[^\s\"']{1,256})(?P=rq)"
 )
 _MYSQL_RE = (
-    r"(?i)\b(?:mysql|mysqldump|mysqladmin|mariadb)\b[^\n]{0,200}?[ \t]-p(?P<mysql>[^\s\"'\-][^\s\"']{0,255})"
+    r"(?i)\b(?:mysql|mysqldump|mysqladmin|mariadb)\b[^\n]{0,200}?[ \t]-p"
+    r"(?:(?P<mq>[\"'])(?P<mysqlq>[^\"'\n]{1,256})(?P=mq)|(?P<mysql>[^\s\"'\-][^\s\"']{0,255}))"
 )
 _CREDENTIAL_CALL_RE = (
     r"\b(?:NetworkCredential|HTTPBasicAuth|HTTPDigestAuth|UsernamePasswordCredentials|PasswordAuthentication|"
@@ -1107,9 +1127,30 @@ _CREDENTIAL_CALL_RE = (
 )
 
 
+_COMMAND_START_RE = re.compile(r"(?:^|[`$#>(;|&:\"']|\bsudo|\bexec|(?i:\bcmd(?:\.exe)?[ \t]+/c))[ \t]*$")
+
+
+def _starts_a_command(text: str, start: int) -> bool:
+    """The command begins its line or follows a prompt, a quote or backtick, a pipe, `;`, `&&`, `sudo`,
+    `cmd /c` or a colon (`system("psexec …`)."""
+    line_start = text.rfind("\n", 0, start) + 1
+    return bool(_COMMAND_START_RE.search(text[line_start:start]))
+
+
+def _command_flag(command: str) -> str:
+    """`sshpass -p` for a match from `/usr/bin/sshpass -p`, `docker login -p` from `docker login -u x -p`."""
+    words = command.split()
+    name = words[0].rsplit("/", 1)[-1].lower()
+    if name in ("docker", "podman", "buildah", "skopeo", "nerdctl", "oras", "crane", "helm"):
+        name += " login"
+    return f"{name} {words[-1]}"
+
+
 def _extract_positional_password(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
     groups = m.groupdict()
-    group = next(g for g in ("netrc", "groovy", "psexec", "mysql", "arg2", "arg3") if groups.get(g) is not None)
+    group = next(
+        g for g in ("netrc", "groovy", "psexec", "rdp", "mysql", "mysqlq", "arg2", "arg3") if groups.get(g) is not None
+    )
     start, end = m.span(group)
     value = text[start:end]
     if len(value) < 3 or _is_placeholder(value) or _REFERENCE_RE.search(value):
@@ -1118,7 +1159,14 @@ def _extract_positional_password(rule: Rule, m: re.Match[str], text: str) -> _Hi
         return None
     if group == "groovy" and not _plausible(value, "password"):
         return None
-    key_name = {"netrc": ".netrc password", "psexec": "psexec -p", "mysql": "mysql -p"}.get(group, "password")
+    if group == "psexec" and not _plausible(value, "password") and not _starts_a_command(text, m.start()):
+        return None  # "I'll zip -P the files later": prose naming a command, no password
+    if group == "psexec":
+        key_name = _command_flag(m.group("command"))
+    elif group == "rdp":
+        key_name = "xfreerdp /p:"
+    else:
+        key_name = {"netrc": ".netrc password", "mysql": "mysql -p", "mysqlq": "mysql -p"}.get(group, "password")
     return _Hit(start, end, key_name=key_name, service=_known_service_near(text, m.start()))
 
 
@@ -1498,6 +1546,39 @@ def _extract_bare_password(rule: Rule, m: re.Match[str], text: str) -> _Hit | No
     return _Hit(start, start + len(keep), service=_service_on_line(text, start, start + len(keep)))
 
 
+# A password named and then given without `is` or a colon: "log in with password sunshine42", "the creds
+# are admin / Qwerty2024", "login: admin / sunshine42". Prose says "password manager", "password reset",
+# "admin / settings", so the value must mix letters with digits or marks (or be random), as no word does.
+_PASSWORD_WORD_RE = (
+    r"(?i)(?<![A-Za-z0-9_\-])(?P<cue>password|passwd|passphrase|pwd|pw)[ \t]+(?P<value>[!-~]{6,128})"
+)
+_LOGIN_PAIR_RE = (
+    r"(?i)(?<![A-Za-z0-9_\-])(?P<cue>login|log[ \t]+in|logon|sign[ \t]+in|creds?|credentials)(?![A-Za-z0-9_\-])"
+    r"(?:[ \t]+(?:is|are|as|with))?[ \t]*[:=]?[ \t]*(?P<user>[A-Za-z0-9._@+\-]{1,64})[ \t]*/[ \t]*"
+    r"(?P<value>[!-~]{6,128})"
+)
+
+
+_JOINED_PARTS_RE = re.compile(r"[-_.]")
+
+
+def _extract_password_word(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
+    start, end = _trim(text, *m.span("value"))
+    value = text[start:end]
+    if not value or value[0] in "\"'`([{<" or _REFERENCE_RE.search(value) or _is_placeholder(value):
+        return None  # a quoted value is the cue rules'; a reference or placeholder is no password
+    if len(parts := _JOINED_PARTS_RE.split(value)) > 1 and all(len(p) <= 3 or _is_wordish(p) for p in parts):
+        return None  # `2fa-enabled`, `invoices-2024`: words and numbers joined, a name
+    mixed = _has_letter_and_digit(value) or (_char_classes(value) >= 3 and not _is_wordish(value))
+    if not (mixed and _plausible(value, "password")) and not _random_printable(value):
+        return None
+    if "/" in value or value.lower().startswith(("http", "www.")):
+        return None  # a path or an address goes on after the pair's slash
+    service = _service_before(text, m.start("cue"))
+    key_name = m.group("user") if "user" in m.groupdict() else m.group("cue").lower()
+    return _Hit(start, end, key_name=key_name, service=service)
+
+
 _GENERIC_RULES: tuple[Rule, ...] = (
     _g(
         "env_assignment", _ASSIGNMENT_RE, ("key", "token", "secret", "pass", "pwd", "auth", "cred"), _extract_assignment
@@ -1525,7 +1606,13 @@ _GENERIC_RULES: tuple[Rule, ...] = (
     _g("connection_string_password", _BRACED_PASSWORD_RE, ("pwd", "password"), _extract_braced_password),
     _g("netrc_password", _NETRC_RE, ("machine",), _extract_positional_password),
     _g("password_argument", _GROOVY_PASSWORD_RE, ("password", "passwd"), _extract_positional_password),
-    _g("psexec_password", _PSEXEC_RE, ("psexec",), _extract_positional_password),
+    _g(
+        "command_password",
+        _COMMAND_PASSWORD_RE,
+        ("psexec", "sshpass", "login", "-cli", "sqlcmd", "osql", "bcp", "ldap", "mosquitto", "zip", "mongo",
+         "rdesktop", "xfreerdp"),
+        _extract_positional_password,
+    ),
     _g("mysql_password", _MYSQL_RE, ("mysql", "mariadb"), _extract_positional_password),
     _g("credential_call", _CREDENTIAL_CALL_RE, ("credential", "auth", "directoryentry"), _extract_positional_password),
     _g(
@@ -1544,6 +1631,10 @@ _GENERIC_RULES: tuple[Rule, ...] = (
         _extract_token_cue,
         kind="cue",
     ),
+    _g("password_word", _PASSWORD_WORD_RE, ("pass", "pwd", "pw"), _extract_password_word, kind="cue",
+       key_name="password"),
+    _g("login_pair", _LOGIN_PAIR_RE, ("log", "sign", "cred"), _extract_password_word, kind="cue",
+       key_name="password"),
     _g("label_line", _LABEL_LINE_RE, ("pass", "pwd", "key", "token", "secret"), _extract_label_line, kind="cue"),
     # listed last: where an older rule finds the same span, its name and key name are kept
     _g("trailing_cue", _TRAILING_CUE_RE, ("key", "token", "secret", "pass", "credential"), _extract_trailing_cue,
