@@ -34,3 +34,28 @@ def test_creds_lists_the_index_and_find_searches_env_files(tmp_path: Path) -> No
     revealed = run(tmp_path, "find", "deepseek", "--reveal")  # not a terminal: still masked
     assert value not in revealed.stdout
     assert run(tmp_path, "find", "nosuchservice").returncode == 1
+
+
+def test_find_names_each_index_rows_agent_and_where_a_vaulted_value_is(tmp_path: Path) -> None:
+    import json
+
+    for agent in ("ops", "dev"):
+        (tmp_path / "state" / "agents" / agent / "sessions").mkdir(parents=True)
+        (tmp_path / "state" / f"workspace-{agent}").mkdir()
+    (tmp_path / "state" / "workspace-ops" / "CREDENTIALS_INDEX.md").write_text(
+        "| Service | Key Name | Location | Status |\n|---|---|---|---|\n"
+        "| Stripe | STRIPE_KEY | chat; vault:/data/credentials.vault#3 | captured |\n")
+    (tmp_path / "state" / "workspace-dev" / "CREDENTIALS_INDEX.md").write_text(
+        "| Service | Key Name | Location | Status |\n|---|---|---|---|\n"
+        "| Stripe | STRIPE_KEY | chat | captured |\n")
+    (tmp_path / "c.toml").write_text("")
+
+    found = run(tmp_path, "find", "stripe", "--json")
+    assert found.returncode == 0, found.stderr
+    rows = {row["agent"]: row for row in json.loads(found.stdout)}
+    assert rows["ops"]["masked"] == "(in the vault)"
+    assert rows["dev"]["masked"] == "(not stored)"
+    text = run(tmp_path, "find", "stripe").stdout
+    assert "index:ops\t" in text and "index:dev\t" in text
+    only = json.loads(run(tmp_path, "--agent", "dev", "find", "stripe", "--json").stdout)
+    assert [row["agent"] for row in only] == ["dev"]

@@ -310,16 +310,18 @@ def cmd_creds(config: Config, args: argparse.Namespace) -> int:
                       f"{row.first_seen}\tfp={row.fingerprint}")
         return 0
     key = load_redact_key(config.data_dir) if config.data_dir.is_dir() else None
-    found = find_credential(args.service, index_paths=list(indexes.values()),
+    found = find_credential(args.service, index_paths=indexes,
                             env_dirs=[Path(d).expanduser() for d in config.credentials.env_dirs],
                             units=config.credentials.units, environ=os.environ, fingerprint_key=key,
                             reveal=args.reveal and sys.stdout.isatty())
     if args.json:
-        print(json.dumps([{"source": f.source, "where": f.where, "service": f.service, "key_name": f.key_name,
-                           "masked": f.masked, "fingerprint": f.fingerprint, "status": f.status} for f in found]))
+        print(json.dumps([{"source": f.source, "agent": f.agent, "where": f.where, "service": f.service,
+                           "key_name": f.key_name, "masked": f.masked, "fingerprint": f.fingerprint,
+                           "status": f.status} for f in found], ensure_ascii=False))
     for f in found if not args.json else []:
         shown = f.value if f.value is not None else f.masked
-        print(f"{f.source}\t{f.service}\t{f.key_name}\t{f.where}\t{shown}")
+        source = f"{f.source}:{f.agent}" if f.agent else f.source
+        print(f"{source}\t{f.service}\t{f.key_name}\t{f.where}\t{shown}")
     return 0 if found else 1
 
 

@@ -898,6 +898,7 @@ class CredentialLocation:
     fingerprint: str | None = None
     status: str | None = None
     value: str | None = field(default=None, repr=False)
+    agent: str | None = None  # an index row: the agent whose workspace holds the index
 
 
 def mask(value: str, key: bytes | None = None) -> str:
@@ -970,10 +971,19 @@ def followed(location: str) -> str:
     return f"{archived[0]}:{match['line']}{match['rest']} (archived since)"
 
 
+_VAULT_REF_RE = re.compile(r"\bvault:\S+#\d+")
+
+
+def _index_items(index_paths: Sequence[Path] | Mapping[str, Path]) -> list[tuple[str | None, Path]]:
+    if isinstance(index_paths, Mapping):
+        return list(index_paths.items())
+    return [(None, path) for path in index_paths]
+
+
 def find_credential(
     service: str,
     *,
-    index_paths: Sequence[Path] = (),
+    index_paths: Sequence[Path] | Mapping[str, Path] = (),
     env_dirs: Sequence[Path] = (),
     units: Sequence[str] = (),
     environ: Mapping[str, str] | None = None,
@@ -984,7 +994,8 @@ def find_credential(
 ) -> list[CredentialLocation]:
     """Every place a credential for `service` is found, in the protocol's order.
 
-    1. CREDENTIALS_INDEX.md rows whose service or key name matches (no value: the row says where);
+    1. CREDENTIALS_INDEX.md rows whose service or key name matches (no value: the row says where; given
+       as {agent: path}, each result names its agent);
     2. `.env` files under `env_dirs` (depth-limited; .git, node_modules, venvs and *.example skipped);
     3. `Environment=` / `EnvironmentFile=` of each systemd unit (`systemctl cat`; skipped when
        systemctl is missing);
@@ -1012,13 +1023,15 @@ def find_credential(
             )
         )
 
-    for path in index_paths:
+    for agent, path in _index_items(index_paths):
         for row in read_index(path):
             if _matches(query, row.service, row.key_name):
                 fp = row.fingerprint.strip("`") or None
+                # the index holds no value; a row whose Location names a vault entry has it encrypted there
+                held = "(in the vault)" if _VAULT_REF_RE.search(row.location) else "(not stored)"
                 results.append(
-                    CredentialLocation("index", followed(row.location), row.service, row.key_name, "(not stored)", fp,
-                                       row.status)
+                    CredentialLocation("index", followed(row.location), row.service, row.key_name, held, fp,
+                                       row.status, agent=agent)
                 )
 
     for root in env_dirs:
