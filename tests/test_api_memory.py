@@ -185,6 +185,11 @@ def test_token_auth(daemon: tuple[TokenDaemon, dict[str, set[str]]]) -> None:
     ("/memory/search", b'{"agent_id": "agent0", "query": "x", "roles": ["system"]}', "roles"),
     ("/memory/search", b'{"agent_id": "agent0", "query": "x", "since": "yesterday"}', "since"),
     ("/memory/context", b'{"agent_id": 7, "query": "x"}', "agent_id"),
+    ("/memory/context", b'{"agent_id": "agent0", "query": "x", "exclude": "x"}', "exclude"),
+    ("/memory/search", b'{"agent_id": "agent0", "query": "x", "exclude": [1]}', "exclude"),
+    ("/memory/search", b'{"agent_id": "agent0", "query": "x", "exclude": ["a"' + b', "b"' * 200 + b']}',
+     "exclude"),
+    ("/memory/search", b'{"agent_id": "agent0", "query": "x", "conversation": 5}', "conversation"),
     ("/memory/context", b"", "JSON object"),
     ("/memory/add", b'{"agent_id": "agent0"}', "missing field: text"),
     ("/memory/add", b'{"text": "remember me"}', "missing field: agent_id"),
@@ -212,6 +217,10 @@ def test_loop_guard_hints_then_stops(daemon: tuple[TokenDaemon, dict[str, set[st
     assert "stop searching" in answer["hint"].lower()
     status, answer = client.call("POST", "/memory/search", query)
     assert status == 429 and "stop searching" in answer["error"] and answer["retry_after"] > 0
+    # another conversation of the same agent is not this loop; every one of them is counted on its own
+    elsewhere = json.dumps({"agent_id": LOOPER, "query": "heron", "conversation": "agent:looper:other"}).encode()
+    status, answer = client.call("POST", "/memory/search", elsewhere)
+    assert status == 200 and "hint" not in answer
     # other agents search on; the operator's /search is not an agent's loop
     other = json.dumps({"agent_id": "agent1", "query": "heron"}).encode()
     assert client.call("POST", "/memory/search", other)[0] == 200
@@ -286,6 +295,29 @@ def test_an_unrelated_query_returns_nothing(daemon: tuple[TokenDaemon, dict[str,
         assert client.post("/memory/search", body)["results"] == []
         assert client.post("/memory/context", body)["context"] == ""
         assert client.post("/memory/search", {**body, "floor": False})["results"]  # noise, without the floor
+
+
+def test_what_the_caller_holds_is_left_out_before_the_floor(
+        daemon: tuple[TokenDaemon, dict[str, set[str]]]) -> None:
+    """A plugin's own turn is stored by the time it searches: left out of the results, it must not pass the
+    floor for the rest either (a trial: a trivia question got seven unrelated "memories")."""
+    client, _ = daemon
+    agent = "holder"
+    question = "How long should I boil an egg for a soft yolk?"
+    secret = "Zk8mQ2vLx7#p"
+    told = f"The wifi password is {secret} and the router sits in the hall cupboard."
+    for text in (question, "The moving truck arrives on Tuesday at 8 in the morning.", told):
+        client.post("/memory/add", {"agent_id": agent, "text": text})
+    body = {"agent_id": agent, "query": question}
+    assert client.post("/memory/search", body)["results"][0]["text"] == question  # the question finds itself
+    held = {**body, "exclude": [question]}
+    assert client.post("/memory/search", held)["results"] == []
+    assert client.post("/memory/context", held)["context"] == ""
+    # held texts are compared as stored: the conversation's raw text holds the secret, the memory its marker
+    ask = {"agent_id": agent, "query": "where is the wifi router?"}
+    assert any("hall cupboard" in r["text"] for r in client.post("/memory/search", ask)["results"])
+    rest = client.post("/memory/search", {**ask, "exclude": [f"  {told}\n"], "floor": False})["results"]
+    assert rest and not any("hall cupboard" in r["text"] for r in rest)
 
 
 def test_cli_search_through_the_daemon_then_offline(tmp_path: Path) -> None:

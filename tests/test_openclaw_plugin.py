@@ -388,9 +388,9 @@ def test_auto_recall_puts_the_fact_before_the_users_message(world: World) -> Non
     # what the plugin asked: the user's own words, without OpenClaw's envelope, runtime line or history
     ask = next(t for t in world.gateway.turns if t.agent == "main" and t.message == QUESTION)
     asked = [c.body for c in world.proxy.calls if c.path == "/memory/context" and ask.started <= c.at <= ask.finished]
-    # recallLimit (6) and one more for each text the model already holds (here the question itself): those
-    # are left out of the block, so the plugin asks past them
-    assert asked == [{"query": QUESTION, "limit": 7, "agent_id": "main"}], asked
+    # recallLimit (6), and the texts the model already holds (here the question itself) for the daemon to leave
+    # out before its relevance floor
+    assert asked == [{"query": QUESTION, "limit": 6, "exclude": [QUESTION], "agent_id": "main"}], asked
 
 
 def test_memory_get_reads_the_fact_with_the_turn_after_it(world: World) -> None:

@@ -75,6 +75,21 @@ class MemoryRequest:
     until: float | None = None
     expand: bool = True  # neighbouring turns of the best hits join the results
     floor: float | None = None  # best dense cosine below this: no results (None: no floor; sparse mode: none)
+    # Texts the caller holds already (its conversation), one-lined and redacted as stored: memories that are
+    # one of them (or a chunk of one) are left out before the floor, so neither they nor what they pull past
+    # the floor take a result's place.
+    exclude: frozenset[str] = frozenset()
+
+
+def one_line(text: str) -> str:
+    """A text as it is compared with held texts: whitespace runs as one space, no surrounding space."""
+    return " ".join(text.split())
+
+
+def _held(payload: dict[str, object], exclude: frozenset[str]) -> bool:
+    """The memory is one of the held texts, or a chunk of one (a long message is stored in chunks)."""
+    text = one_line(str(payload.get("data") or ""))
+    return bool(text) and (text in exclude or any(len(held) > len(text) and text in held for held in exclude))
 
 
 @dataclass(frozen=True, slots=True)
@@ -362,7 +377,7 @@ def run_search(store: Store, request: MemoryRequest, vectors: QueryVectors,
     One result per memory: the chunks of one entry are one hit (its best chunk, with the entry's
     whole text), and near-identical memories (re-sends) are one hit, so `limit` counts memories.
     """
-    depth = max(CANDIDATES, request.limit)
+    depth = max(CANDIDATES, request.limit) + len(request.exclude)  # held memories leave that many out
     base = _base_query(request, depth)
     queries: dict[str, SearchQuery] = {}
     if vectors.dense is not None:
@@ -373,6 +388,9 @@ def run_search(store: Store, request: MemoryRequest, vectors: QueryVectors,
         queries["xling"] = dataclasses.replace(base, mode="dense", dense=vectors.xling, using=XLING)
     found = dict(zip(queries, store.search_batch(list(queries.values())), strict=True)) if queries else {}
     dense, sparse, xling = found.get("dense", []), found.get("sparse", []), found.get("xling", [])
+    if request.exclude:
+        dense, sparse, xling = ([h for h in hits if not _held(h.payload, request.exclude)]
+                                for hits in (dense, sparse, xling))
     if request.floor is not None and request.mode != "sparse" and not passes_floor(
             dense[0].score if dense else None, dataclasses.replace(ranking, floor=request.floor),
             (xling[0].score if xling else None) if "xling" in queries else None,
@@ -406,6 +424,8 @@ def run_search(store: Store, request: MemoryRequest, vectors: QueryVectors,
     kept: list[tuple[str, float]] = []
     for (key, score), first in zip(window, first_of, strict=True):
         leader = window[first][0]
+        if request.exclude and _held(payloads[key], request.exclude):
+            continue  # a neighbour the expansion brought in that the caller holds already
         if leader == key:
             kept.append((key, score))
         else:

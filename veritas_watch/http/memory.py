@@ -1,21 +1,26 @@
 """The memory routes of the HTTP API: what the OpenClaw memory plugins call, and `/search` for the CLI.
 
-- `POST /memory/search` `{agent_id, query, limit?, mode?, roles?, since?, until?, expand?}`
+- `POST /memory/search` `{agent_id, query, limit?, mode?, roles?, since?, until?, expand?, exclude?, conversation?}`
   -> `{"results": [...], "count": n}` (+ `"hint"` from the loop guard)
-- `POST /memory/context` `{agent_id, query, limit?}` -> `{"context": "<block>", "count": n, "results": [...]}`
+- `POST /memory/context` `{agent_id, query, limit?, exclude?}` -> `{"context": "<block>", "count": n, "results": [...]}`
+
+`exclude`: texts the caller holds already (its conversation); memories that are one of them are left out
+before the relevance floor and the ranking. `conversation`: the caller's conversation (OpenClaw's session
+key); the loop guard counts each conversation of an agent on its own.
 - `POST /memory/add` `{agent_id, text, session_id?, role?, timestamp?, metadata?}` -> the stored ids
 - `POST /memory/get` `{agent_id, id, neighbours?}` -> `{"memory": {...}, "before": [...], "after": [...]}`
 - `POST /search`: the same search, answered as a bare list (the CLI and the selftest), no loop guard.
 
 Every search is filtered by `agent_id`; one without it is refused unless `search.allow_cross_agent`.
-The loop guard counts /memory/search per agent (`search.loop_*`); /memory/context (auto-recall, once per turn)
-and /memory/get (a read by id) are not searches it counts.
+The loop guard counts /memory/search per agent and conversation (`search.loop_*`); /memory/context
+(auto-recall, once per turn) and /memory/get (a read by id) are not searches it counts.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import json
 import math
@@ -33,18 +38,20 @@ from veritas_watch.query import (
     CrossAgentRefused,
     MemoryHit,
     MemoryRequest,
+    QueryVectors,
     check_agent,
     chunk_index,
     context_block,
     embed_request,
     hit_to_result,
     neighbour_query,
+    one_line,
     run_search,
 )
 from veritas_watch.ranking import STOP_SEARCHING_HINT, SearchLoopGuard, floor_for
 from veritas_watch.sinks.store import StoreError
 from veritas_watch.transforms.chunk import chunk_entry
-from veritas_watch.transforms.redact import redact_with_matches
+from veritas_watch.transforms.redact import redact, redact_with_matches
 
 if TYPE_CHECKING:
     from veritas_watch.config import Config
@@ -59,6 +66,10 @@ KNOWLEDGE_SESSION = "knowledge"  # the session id of manual memories added witho
 # each chunk's payload.
 MAX_ADD_CHARS = 20_000
 MAX_METADATA_BYTES = 4096
+# `exclude`: a conversation's texts; each is redacted (as stored) on the query thread before comparing
+MAX_EXCLUDE = 200
+MAX_EXCLUDE_CHARS = 200_000
+MAX_CONVERSATION_CHARS = 256
 
 
 def _error(status: type[web.HTTPException], message: str, **extra: Any) -> web.HTTPException:
@@ -122,12 +133,38 @@ def parse_request(daemon: Served, body: dict[str, Any], default_limit: int) -> M
             raise BadRequest("field floor must be false or a number")
         floor = float(floor_field) or None
     return MemoryRequest(agent_id, text, min(limit, cfg.max_limit), mode, _roles(body), since, until,
-                         _bool(body, "expand", cfg.expand_context), floor)
+                         _bool(body, "expand", cfg.expand_context), floor, _exclude(body))
+
+
+def _exclude(body: dict[str, Any]) -> frozenset[str]:
+    value = body.get("exclude")
+    if value is None:
+        return frozenset()
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise BadRequest("field exclude must be a list of texts")
+    if len(value) > MAX_EXCLUDE or sum(len(item) for item in value) > MAX_EXCLUDE_CHARS:
+        raise BadRequest(f"field exclude holds at most {MAX_EXCLUDE} texts of {MAX_EXCLUDE_CHARS} characters "
+                         "in all: send the conversation's latest", "exclude_too_long")
+    return frozenset(text for item in value if (text := one_line(item)))
+
+
+def _conversation(body: dict[str, Any]) -> str | None:
+    value = field(body, "conversation", str, required=False, default=None)
+    if value is not None and len(value) > MAX_CONVERSATION_CHARS:
+        raise BadRequest(f"field conversation is over {MAX_CONVERSATION_CHARS} characters")
+    return value or None
 
 
 async def _search(daemon: Served, request: MemoryRequest) -> list[MemoryHit]:
     memory = daemon.memory
-    vectors = await memory.in_query_thread(lambda: embed_request(memory.embedder, request))
+    key = daemon.redact_key
+
+    def prepared() -> tuple[MemoryRequest, QueryVectors]:
+        # held texts as they were stored: a secret in the conversation is a marker in its memory
+        held = frozenset(one_line(redact(text, key).text) for text in request.exclude)
+        return dataclasses.replace(request, exclude=held), embed_request(memory.embedder, request)
+
+    request, vectors = await memory.in_query_thread(prepared)
     try:
         return await memory.in_read_thread(lambda: run_search(memory.store, request, vectors))
     except StoreError as exc:
@@ -135,10 +172,14 @@ async def _search(daemon: Served, request: MemoryRequest) -> list[MemoryHit]:
         raise _error(web.HTTPServiceUnavailable, "the store is not answering; retry later") from None
 
 
-def _guard(request: web.Request, agent_id: str | None) -> str | None:
-    """The loop guard's hint for this search, if any; raises 429 past the hard stop."""
+def _guard(request: web.Request, agent_id: str | None, conversation: str | None) -> str | None:
+    """The loop guard's hint for this search, if any; raises 429 past the hard stop. One model looping is
+    one conversation: an agent that serves several counts each on its own."""
     guard = request.app[GUARD_KEY]
-    verdict, count, retry_after = guard.check(agent_id or "*", time.monotonic())
+    counted = agent_id or "*"
+    if conversation:
+        counted += "\x1f" + hashlib.blake2b(conversation.encode(), digest_size=8).hexdigest()
+    verdict, count, retry_after = guard.check(counted, time.monotonic())
     if verdict == "ok":
         return None
     hint = STOP_SEARCHING_HINT.format(count=count, window=guard.window)
@@ -160,8 +201,9 @@ async def search(request: web.Request) -> web.Response:
 
 async def memory_search(request: web.Request) -> web.Response:
     daemon = served_of(request)
-    query = parse_request(daemon, await json_body(request), 10)
-    hint = _guard(request, query.agent_id)
+    body = await json_body(request)
+    query = parse_request(daemon, body, 10)
+    hint = _guard(request, query.agent_id, _conversation(body))
     results = [hit_to_result(h) for h in await _search(daemon, query)]
     answer: dict[str, object] = {"results": results, "count": len(results)}
     if hint:

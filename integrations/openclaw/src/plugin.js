@@ -11,6 +11,22 @@ export const PLUGIN_ID = "veritas-watch";
 const SEARCH_LIMIT_MAX = 20;
 const NEIGHBOURS_MAX = 5;
 const MAX_RECALL_FETCH = 50; // memories auto-recall asks /memory/context for, at most
+// What the daemon leaves out before its relevance floor (`exclude`): the conversation's latest texts, within
+// the daemon's bounds (200 texts, 200,000 characters); older ones are still left out here, after it answers.
+const EXCLUDE_TEXTS = 100;
+const EXCLUDE_CHARS = 100_000;
+
+/** The latest of the texts the model holds, newest first, within the bounds above. */
+export function excludeOf(known) {
+  const out = [];
+  let chars = 0;
+  for (const text of [...(known ?? [])].reverse()) {
+    if (out.length >= EXCLUDE_TEXTS || chars + text.length > EXCLUDE_CHARS) break;
+    out.push(text);
+    chars += text.length;
+  }
+  return out;
+}
 // Runs that are not a user talking: no recall (a heartbeat poll would spend the loop guard's budget).
 const NO_RECALL_TRIGGERS = new Set(["heartbeat", "cron", "memory"]);
 
@@ -143,16 +159,21 @@ export function createPlugin({ fetchImpl, reporter = sharedReporter } = {}) {
             if (!query) return text("memory_search needs a query.", { count: 0, results: [] });
             try {
               const limit = Number.isInteger(params.limit) ? Math.min(SEARCH_LIMIT_MAX, Math.max(1, params.limit)) : 8;
+              // Not what the model holds already: the user's message of this turn (stored by the time the model
+              // searches) and this conversation's turns; the daemon leaves them out before its relevance floor, so
+              // they neither crowd the results nor let unrelated memories past it. `conversation`: its loop guard
+              // counts this conversation's searches, not every conversation of the agent.
+              const held = heldThisTurn.get(agentId);
               const body = { query, limit };
+              const exclude = excludeOf(held);
+              if (exclude.length) body.exclude = exclude;
+              if (typeof ctx?.sessionKey === "string" && ctx.sessionKey) body.conversation = ctx.sessionKey.slice(0, 256);
               const since = timeParam(params.since, "since");
               const until = timeParam(params.until, "until");
               if (since !== undefined) body.since = since;
               if (until !== undefined) body.until = until;
               const answer = await client.post("/memory/search", body, { agentId, signal });
               reporter.success(logger);
-              // Not what the model holds already: the user's message of this turn (stored by the time the model
-              // searches) and this conversation's turns would otherwise crowd out what it asks for.
-              const held = heldThisTurn.get(agentId);
               answer.results = (Array.isArray(answer.results) ? answer.results : []).filter((r) => !isKnown(r, held));
               const results = answer.results;
               return text(formatSearch(query, answer), {
@@ -210,9 +231,12 @@ export function createPlugin({ fetchImpl, reporter = sharedReporter } = {}) {
           try {
             const known = knownTexts(event?.messages, prompt); // already in this turn's context: not again
             heldThisTurn.set(agentId, known);
-            // More than it shows: the best of them may be this conversation's own turns, which are left out.
-            const limit = Math.min(MAX_RECALL_FETCH, config.recallLimit + Math.min(known.size, 2 * config.recallLimit));
-            const answer = await client.post("/memory/context", { query, limit }, { agentId });
+            // The daemon leaves out the latest of them before its floor; more than it shows only for older ones
+            // it was not sent (left out here).
+            const exclude = excludeOf(known);
+            const unsent = known.size - exclude.length;
+            const limit = Math.min(MAX_RECALL_FETCH, config.recallLimit + Math.min(unsent, 2 * config.recallLimit));
+            const answer = await client.post("/memory/context", { query, limit, exclude }, { agentId });
             reporter.success(logger);
             const block = recallBlock(answer.context, answer.results, config.recallMaxChars, known, config.recallLimit);
             return block ? { prependContext: block } : undefined;

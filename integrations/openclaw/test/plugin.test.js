@@ -6,7 +6,7 @@ import { test } from "node:test";
 import { fileURLToPath, pathToFileURL } from "node:url";
 
 import { Reporter } from "../src/report.js";
-import { agentIdOf, createPlugin, setupProblems } from "../src/plugin.js";
+import { agentIdOf, createPlugin, excludeOf, setupProblems } from "../src/plugin.js";
 import { closedPort, fakeApi, fakeDaemon, textOf } from "./helpers.js";
 
 const FACT = { id: "0b8f4c52-9a55-5a55-8a55-000000000001", session_id: "sess-a", entry_id: "e1", role: "user",
@@ -164,7 +164,9 @@ test("auto-recall: the context block for the user's words, within the budget, fo
       { agentId: "main", trigger: "user", sessionKey: "agent:main:main" });
     assert.ok(out.prependContext.includes(FACT.text));
     assert.ok(out.prependContext.length <= 400);
-    assert.deepEqual(daemon.requests[0].body, { query: "When is Ingrid's birthday?", limit: 5, agent_id: "main" });  // recallLimit 4 + the one text the model has (its prompt)
+    // the texts the model holds (here its prompt) go to the daemon, which leaves them out before its floor
+    assert.deepEqual(daemon.requests[0].body,
+      { query: "When is Ingrid's birthday?", limit: 4, exclude: ["When is Ingrid's birthday?"], agent_id: "main" });
     // already in the conversation: nothing to add
     const again = await hook({ prompt: "When?", messages: [{ role: "user", content: FACT.text }] }, { agentId: "main" });
     assert.equal(again, undefined);
@@ -176,6 +178,32 @@ test("auto-recall: the context block for the user's words, within the budget, fo
   } finally {
     await daemon.close();
   }
+});
+
+test("memory_search sends what the turn holds as exclude and its conversation for the loop guard", async () => {
+  const daemon = await daemonAnswering();
+  try {
+    const api = register({ url: daemon.url });
+    const ctx = { agentId: "main", trigger: "user", sessionKey: "agent:main:telegram:42" };
+    await api.hook("before_prompt_build")({ prompt: "Who wrote Moby Dick?",
+      messages: [{ role: "assistant", content: "Hello!" }] }, ctx);
+    await api.tool("memory_search", ctx).execute("c", { query: "Moby Dick author" });
+    const body = daemon.requests[1].body;
+    assert.deepEqual(body.exclude, ["Who wrote Moby Dick?", "Hello!"]);  // newest first
+    assert.equal(body.conversation, "agent:main:telegram:42");
+  } finally {
+    await daemon.close();
+  }
+});
+
+test("exclude holds the latest texts, newest first, within the daemon's bounds", () => {
+  const known = new Set(Array.from({ length: 150 }, (_, i) => `turn ${i}`));
+  const out = excludeOf(known);
+  assert.equal(out.length, 100);
+  assert.equal(out[0], "turn 149");
+  const long = new Set(["old", "x".repeat(60_000), "y".repeat(60_000)]);
+  assert.deepEqual(excludeOf(long).map((t) => t[0]), ["y"]);  // the next would pass 100,000 characters
+  assert.deepEqual(excludeOf(undefined), []);
 });
 
 test("fails soft: daemon down -> no memories, one warning for the whole outage, one line when it is back", async () => {
