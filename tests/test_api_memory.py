@@ -273,6 +273,8 @@ def test_a_hit_brings_its_answer_across_tool_lines(daemon: tuple[TokenDaemon, di
     context = client.post("/memory/context", {"agent_id": EXPAND_AGENT, "query": "first ferry to Rebun island"})
     block = context["context"]
     assert block.index("first ferry to Rebun") < block.index("07:15 from the Wakkanai pier")  # said in that order
+    answer_line = next(line for line in block.splitlines() if "07:15 from the Wakkanai pier" in line)
+    assert answer_line.startswith("  ["), block  # it continues its question's item: one exchange
 
 
 def test_role_and_time_filters(daemon: tuple[TokenDaemon, dict[str, set[str]]]) -> None:

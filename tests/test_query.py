@@ -365,6 +365,34 @@ def test_context_block_keeps_the_best_and_tells_them_in_order() -> None:
     assert "noted]" in context_block([hit("remember this", 1.0, 0, kind="knowledge")], 200)
 
 
+def test_context_block_keeps_an_answer_with_its_question_and_apart_from_other_conversations() -> None:
+    """A trial's recall block read "[user] Which food am I allergic to?" then another session's "[assistant] 你的猫
+    叫Pierogi。": in time order, one line each, a model takes them for one exchange."""
+    question, answer = hit("Which food am I allergic to?", 10.0, 1), hit("Peanuts.", 11.0, 2, "assistant")
+    answer = dataclasses.replace(answer, follows=question.id)
+    other = hit("你的猫叫Pierogi。", 12.0, 7, "assistant")  # another session: follows nothing shown
+    lines = context_block([answer, other, question], 400).splitlines()
+    assert lines[1].startswith("- [") and lines[1].endswith("Which food am I allergic to?")
+    assert lines[2].startswith("  [") and lines[2].endswith("Peanuts.")  # continues the item above
+    assert lines[3].startswith("- [") and lines[3].endswith("你的猫叫Pierogi。")  # its own item
+    # the turn it follows is not in the block: it starts its own item
+    assert context_block([answer], 400).splitlines()[1].startswith("- [")
+
+
+def test_results_say_which_result_they_follow_in_their_session(store: Store) -> None:
+    store.upsert([
+        turn("f", "s1", "q", 1, "user", "When does the first ferry to Rebun leave?", unit(40), (41,), ts=1.0),
+        turn("f", "s1", "t", 3, "assistant", "It leaves at 07:15 from the Wakkanai pier.", near(40, 0.6, 3), (41,),
+             ts=3.0),
+        turn("f", "s2", "o", 1, "user", "The ferry museum opens at nine.", near(40, 0.5, 4), (41,), ts=2.0),
+    ])
+    request = MemoryRequest("f", "first ferry to Rebun", limit=3)
+    hits = {h.payload["entry_id"]: h for h in run_search(
+        store, request, QueryVectors(unit(40), SparseVector((41,), (1.0,))))}
+    assert hits["t"].follows == hits["q"].id  # across the tool lines between them (positions 1 and 3)
+    assert hits["q"].follows is None and hits["o"].follows is None
+
+
 MEETING_NOTES = (
     "Here is my summary of the offsite planning call. We agreed that the venue will be the old brewery in Leipzig, "
     "which has space for sixty people and a decent projector. Catering goes to the same company as last year, but "

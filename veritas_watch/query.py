@@ -107,6 +107,7 @@ class MemoryHit:
     neighbour_of: str | None = None  # set when shown as the neighbouring turn of that hit
     entry_text: str | None = None  # the whole entry, when this hit is one chunk of several
     duplicates: tuple[str, ...] = ()  # ids of near-identical memories (re-sends) folded into this one
+    follows: str | None = None  # the id of another result that is the turn right before this one in its session
 
 
 def check_agent(agent_id: str | None, allow_cross_agent: bool) -> None:
@@ -408,6 +409,7 @@ def run_search(store: Store, request: MemoryRequest, vectors: QueryVectors,
     merged = merge_groups(ranked, entry_of)  # one result per entry: its best chunk
     several = {key for key, _, others in merged if others}
     ranked = [(key, score) for key, score, _ in merged]
+    links: dict[tuple[str, int], str] = {}
     if request.expand and ranked:
         top = ranked[:max(ranking.expand_depth, request.limit)]
         links = _neighbours(store, request, top, payloads, list(ranking.expand))
@@ -432,8 +434,26 @@ def run_search(store: Store, request: MemoryRequest, vectors: QueryVectors,
             folded.setdefault(leader, []).append(key)
     kept = kept[:request.limit]
     texts = _entry_texts(store, [(key, payloads[key], key in several) for key, _ in kept])
-    return [MemoryHit(key, score, payloads[key], lent.get(key), texts.get(key), tuple(folded.get(key, ())))
+    follows = _follows([key for key, _ in kept], links, payloads)
+    return [MemoryHit(key, score, payloads[key], lent.get(key), texts.get(key), tuple(folded.get(key, ())),
+                      follows.get(key))
             for key, score in kept]
+
+
+def _follows(keys: Sequence[str], links: dict[tuple[str, int], str],
+             payloads: dict[str, dict[str, object]]) -> dict[str, str]:
+    """result -> the result that is the turn right before it in its session, from the expansion's neighbour
+    links (either side's: the next turn of one, or the previous turn of the other), compared by entry."""
+    by_entry = {_entry_key(payloads[key]): key for key in keys}
+    found: dict[str, str] = {}
+    for key in keys:
+        for offset in (-1, 1):
+            other = links.get((key, offset))
+            partner = by_entry.get(_entry_key(payloads[other])) if other in payloads else None
+            if partner is not None and partner != key:
+                earlier, later = (partner, key) if offset < 0 else (key, partner)
+                found.setdefault(later, earlier)
+    return found
 
 
 def hit_to_result(hit: Hit | MemoryHit) -> dict[str, object]:
@@ -490,11 +510,13 @@ def context_block(hits: Sequence[MemoryHit], max_chars: int) -> str:
     """A compact block to prepend to a prompt: one line per memory, in the order they were said.
 
     Which memories go in is decided by rank (the best first, while they fit in `max_chars`);
-    the lines are then put back in time order so a question reads before its answer.
+    the lines are then put back in time order so a question reads before its answer. A memory that
+    is the turn right after the line before it (its answer) continues that item, indented; any other
+    starts a new `- ` item, so lines of different conversations never read as one exchange.
     Empty when there is nothing to say (no hit, or the floor held everything back).
     """
     budget = max_chars - len(CONTEXT_HEADER) - 1
-    chosen: list[tuple[float, int, int, str]] = []
+    chosen: list[tuple[float, int, int, str, MemoryHit]] = []
     for rank, hit in enumerate(hits):
         p = hit.payload
         text = " ".join(str(p.get("data") or "").split())
@@ -505,8 +527,8 @@ def context_block(hits: Sequence[MemoryHit], max_chars: int) -> str:
         label = f"[{when} {who or ''}]".replace("[ ", "[") if when else f"[{who or 'memory'}]"
         if p.get("type") == "knowledge":
             label = f"[{when} noted]".replace("[ ", "[")
-        line = f"- {label} {text}"
-        room = budget - sum(len(c[3]) + 1 for c in chosen)
+        line = f"{label} {text}"
+        room = budget - sum(len(c[3]) + 3 for c in chosen) - 2
         if room < 40:
             break
         if len(line) + 1 > room:
@@ -514,8 +536,12 @@ def context_block(hits: Sequence[MemoryHit], max_chars: int) -> str:
         ts = p.get("ts")
         position = _position(p)
         chosen.append((float(ts) if isinstance(ts, (int, float)) else float("inf"),
-                       position if position is not None else 0, rank, line))
+                       position if position is not None else 0, rank, line, hit))
     if not chosen:
         return ""
     chosen.sort(key=lambda c: (c[0], c[1], c[2]))
-    return "\n".join([CONTEXT_HEADER, *(c[3] for c in chosen)])
+    lines = [CONTEXT_HEADER]
+    for i, (*_, line, hit) in enumerate(chosen):
+        continues = i > 0 and hit.follows is not None and hit.follows == chosen[i - 1][4].id
+        lines.append(("  " if continues else "- ") + line)
+    return "\n".join(lines)

@@ -80,7 +80,7 @@ export function knownTexts(messages, ...more) {
 }
 
 function lineText(line) {
-  return line.replace(/^- \[[^\]]*\] /, "");
+  return line.replace(/^(?:- |  )?\[[^\]]*\] /, "");
 }
 
 function lineMatches(line, result) {
@@ -92,39 +92,46 @@ function lineMatches(line, result) {
 
 /**
  * The block to put before the user's message, at most `maxChars` characters, or "" when there is
- * nothing to recall. `context` is /memory/context's block (a header line, then one `- [time role] text`
- * line per memory in time order; the header is replaced by the block's own note); `results` are the same
- * memories by rank: when the budget is smaller than the block, the best-ranked memories stay (the first
- * one that does not fit is cut short), still in time order. `known`: texts (one-lined) the model already
- * has in this turn's context; recalling them again would only repeat them. `limit`: memories at most
- * (the best-ranked of those not known: the plugin asks for more than it shows, so that a conversation that
- * keeps asking about one fact does not fill the list with its own turns and leave the fact out).
+ * nothing to recall. `context` is /memory/context's block (a header line, then one `[time role] text`
+ * line per memory in time order: `- ` starts an item, two spaces continue it with the turn right after,
+ * its answer; the header is replaced by the block's own note); `results` are the same memories by rank:
+ * when the budget is smaller than the block, the best-ranked memories stay (the first one that does not
+ * fit is cut short), still in time order. `known`: texts (one-lined) the model already has in this turn's
+ * context; recalling them again would only repeat them. `limit`: memories at most (the best-ranked of
+ * those not known). A line stays a continuation only under the line it continued; else it starts an item.
  */
 export function recallBlock(context, results, maxChars, known = new Set(), limit = Infinity) {
-  const lines = String(context ?? "").split("\n").filter((line) => line.startsWith("- "))
-    .filter((line) => !known.has(lineText(line))).map(neutralise);
-  if (!lines.length) return "";
+  const all = String(context ?? "").split("\n").filter((line) => line.startsWith("- ") || line.startsWith("  ["));
+  // each line: its text after the marker, and the line it continues (its index in `all`, or -1)
+  const entries = all.map((line, i) => ({ at: i, line: line.slice(2), continues: line.startsWith("  ") ? i - 1 : -1 }))
+    .filter((entry) => !known.has(lineText(entry.line)))
+    .map((entry) => ({ ...entry, line: neutralise(entry.line) }));
+  if (!entries.length) return "";
   let room = maxChars - [RECALL_OPEN, RECALL_NOTE, RECALL_CLOSE].reduce((sum, part) => sum + part.length + 1, 0);
   const order = [];
   for (const result of Array.isArray(results) ? results : []) {
-    const index = lines.findIndex((line, i) => !order.includes(i) && lineMatches(line, result));
+    const index = entries.findIndex((entry, i) => !order.includes(i) && lineMatches(entry.line, result));
     if (index >= 0) order.push(index);
   }
-  lines.forEach((_, index) => order.includes(index) || order.push(index)); // lines no result accounts for
+  entries.forEach((_, index) => order.includes(index) || order.push(index)); // lines no result accounts for
   order.splice(limit);
   const chosen = new Map();
   for (const index of order) { // by rank, as the daemon fills its own block: the one that does not fit is cut
-    const line = lines[index];
-    if (line.length + 1 <= room) {
+    const line = entries[index].line;
+    if (line.length + 3 <= room) {
       chosen.set(index, line);
-      room -= line.length + 1;
+      room -= line.length + 3;
       continue;
     }
-    if (room - 1 >= CLIPPED_MIN) chosen.set(index, clip(line, room - 1));
+    if (room - 3 >= CLIPPED_MIN) chosen.set(index, clip(line, room - 3));
     break;
   }
   if (!chosen.size) return "";
-  const body = [...chosen.keys()].sort((a, b) => a - b).map((index) => chosen.get(index));
+  const shown = [...chosen.keys()].sort((a, b) => a - b);
+  const body = shown.map((index, i) => {
+    const continues = i > 0 && entries[index].continues >= 0 && entries[shown[i - 1]].at === entries[index].continues;
+    return (continues ? "  " : "- ") + chosen.get(index);
+  });
   return [RECALL_OPEN, RECALL_NOTE, ...body, RECALL_CLOSE].join("\n");
 }
 

@@ -113,3 +113,19 @@ test("times read as UTC minutes; anything else is shown as it is", () => {
   assert.equal(formatWhen("yesterday"), "yesterday");
   assert.equal(formatWhen(undefined), "time unknown");
 });
+
+test("an answer stays under its question, and becomes its own item when the question is not shown", () => {
+  const context = [HEADER, `- [2026-03-01 10:01 user] ${M1.text}`, `  [2026-03-01 10:02 assistant] ${M2.text}`,
+    `- [2026-03-01 10:03 user] ${M3.text}`].join("\n");
+  const lines = recallBlock(context, RANKED, 2000).split("\n");
+  assert.deepEqual(lines.slice(2, 5), [`- [2026-03-01 10:01 user] ${M1.text}`,
+    `  [2026-03-01 10:02 assistant] ${M2.text}`, `- [2026-03-01 10:03 user] ${M3.text}`]);
+  // the model holds the question: the answer alone is an item of its own, never a continuation of M3's
+  const held = recallBlock(context, RANKED, 2000, knownTexts([], M1.text)).split("\n");
+  assert.deepEqual(held.slice(2, 4), [`- [2026-03-01 10:02 assistant] ${M2.text}`,
+    `- [2026-03-01 10:03 user] ${M3.text}`]);
+  // left out by the limit (m3 best, then m1): the kept lines are items of their own or continue a kept line
+  const two = recallBlock(context, [M3, M2, M1], 2000, new Set(), 2).split("\n");
+  assert.deepEqual(two.slice(2, 4), [`- [2026-03-01 10:02 assistant] ${M2.text}`,
+    `- [2026-03-01 10:03 user] ${M3.text}`]);
+});
