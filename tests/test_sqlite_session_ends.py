@@ -166,6 +166,54 @@ def test_the_transform_ends_a_conversation_at_each_reset_reason(reason: str) -> 
     assert [c.entry.entry_id for c in out.chunks] == ["u1", "u2"]
     assert out.chunks[1].context == "", "the previous conversation is not the next one's context"
     assert state.conversation_entries == 1
+    # each memory says where its conversation began, so neighbour lookups stay inside it
+    assert "conversation_start" not in out.chunks[0].payload() and out.chunks[1].payload()["conversation_start"] == 2
+    assert SessionState.from_dict(state.to_dict()) == state and state.conversation_start == 2
+
+
+def test_a_session_state_written_before_conversation_start_existed_still_reads() -> None:
+    old = SessionState("s", conversation_entries=2).to_dict()
+    del old["conversation_start"]
+    assert SessionState.from_dict(old).conversation_start is None
+    for bad in (-1, "3", True):
+        with pytest.raises(ValueError, match="conversation_start"):
+            SessionState.from_dict({**old, "conversation_start": bad})
+
+
+def test_neighbours_stay_inside_one_conversation_of_a_session(tmp_path: Path) -> None:
+    """`/new` keeps the session in OpenClaw 2026.9: memory_get and the recall block's exchanges must not read
+    the last turn before it and the first after it as one conversation (a trial saw memory_get do so)."""
+    import urllib.request
+
+    state, data, db, env = setup(tmp_path)
+    with OpenClawWriter(db) as writer, running_daemon(state, data, extra_env=env) as daemon:
+        sid = writer.create_session(f"agent:{AGENT}:main")
+        writer.append(sid, msg("Which platform does the night train to Vienna leave from?", event_id="u1",
+                               ts="2026-11-30T08:00:00Z"),
+                      msg("Platform 9, at 22:40.", "assistant", event_id="a1", ts="2026-11-30T08:00:05Z"),
+                      reset_event("new"),
+                      msg("Good morning! Let's plan the garden.", event_id="u2", ts="2026-11-30T09:00:00Z"),
+                      msg("Happy to help with the garden.", "assistant", event_id="a2", ts="2026-11-30T09:00:05Z"))
+        wait_for(lambda: len(daemon.export(AGENT)) == 4, what="four memories")
+        ids = {p["payload"]["entry_id"]: p["id"] for p in daemon.export(AGENT)}
+
+        def post(path: str, body: dict[str, object]) -> dict[str, object]:
+            request = urllib.request.Request(daemon.base + path, data=json.dumps({"agent_id": AGENT, **body}).encode(),
+                                             headers={"Content-Type": "application/json"}, method="POST")
+            with urllib.request.urlopen(request, timeout=60) as response:
+                answer: dict[str, object] = json.loads(response.read())
+                return answer
+
+        after_answer = post("/memory/get", {"id": ids["a1"], "neighbours": 3})
+        assert [r["entry_id"] for r in after_answer["before"]] == ["u1"]  # type: ignore[index]
+        assert after_answer["after"] == []  # the next conversation is not what came after it
+        greeting = post("/memory/get", {"id": ids["u2"], "neighbours": 3})
+        assert greeting["before"] == [] and [r["entry_id"] for r in greeting["after"]] == ["a2"]  # type: ignore[index]
+        block = str(post("/memory/context", {"query": "night train to Vienna platform", "floor": False})["context"])
+        lines = block.splitlines()
+        for line in lines:
+            if "Good morning" in line:
+                assert line.startswith("- "), block  # never the continuation of the last conversation
 
 
 def test_a_cron_prompt_in_a_persons_session_keeps_what_the_person_says_after_it() -> None:

@@ -123,6 +123,10 @@ class Entry:
     # several user lines is one memory, keyed by what it is (session, sender, time, body), while
     # `entry_id` and `source` name the line it was read from.
     point_key: str | None = None
+    # Where its conversation began in the session: the position of the `reset` event before it (OpenClaw
+    # 2026.9 keeps one session across `/new`); None for the session's first conversation. Neighbour lookups
+    # stay inside one conversation.
+    conversation_start: int | None = None
 
 
 def with_context(text: str, context: str) -> str:
@@ -168,6 +172,8 @@ class Chunk:
             payload["session_order"] = order
         if entry.speaker is not None:  # only then: every other stored payload stays as it was
             payload["speaker"] = entry.speaker
+        if entry.conversation_start is not None:  # likewise: only after a reset
+            payload["conversation_start"] = entry.conversation_start
         return payload
 
 
@@ -220,19 +226,22 @@ class SessionState:
     turn: TurnKind = "conversation"
     previous_text: str | None = None  # the last stored turn (redacted, clipped): context for the next one
     conversation_entries: int = 0  # entries stored since the conversation began (the session, or its last reset)
+    conversation_start: int | None = None  # the position of the reset that began it (None: the session's start)
 
-    def next_conversation(self) -> None:
-        """A reset: what follows is another conversation (kind, turn and context start over)."""
+    def next_conversation(self, start: int | None = None) -> None:
+        """A reset (at position `start`): what follows is another conversation (kind, turn and context start
+        over)."""
         self.session_kind = "unknown"
         self.turn = "conversation"
         self.previous_text = None
         self.conversation_entries = 0
+        self.conversation_start = start
 
     def to_dict(self) -> dict[str, object]:
         """What a cursor stores of it (`SESSION_STATE_VERSION`: `from_dict` reads it back)."""
         return {"version": SESSION_STATE_VERSION, "session_id": self.session_id, "session_kind": self.session_kind,
                 "last_entry_ts": self.last_entry_ts, "turn": self.turn, "previous_text": self.previous_text,
-                "conversation_entries": self.conversation_entries}
+                "conversation_entries": self.conversation_entries, "conversation_start": self.conversation_start}
 
     @classmethod
     def from_dict(cls, data: object) -> SessionState:
@@ -251,15 +260,18 @@ class SessionState:
         entries = data.get("conversation_entries", 0)
         if not isinstance(entries, int) or entries < 0:
             raise ValueError(f"session state field conversation_entries has a bad value: {entries!r:.80}")
+        start = data.get("conversation_start")  # absent in states written before it existed
+        if start is not None and (not isinstance(start, int) or isinstance(start, bool) or start < 0):
+            raise ValueError(f"session state field conversation_start has a bad value: {start!r:.80}")
         return cls(_opt_str(data.get("session_id")), _opt_str(data.get("session_kind")) or "unknown",
                    _opt_str(data.get("last_entry_ts")), restore_turn(data.get("turn")),
-                   _opt_str(data.get("previous_text")), entries)
+                   _opt_str(data.get("previous_text")), entries, start)
 
 
 SESSION_STATE_VERSION = 1  # the serialized form's version (`SessionState.to_dict`), inside both sources' cursors
 _SESSION_STATE_TYPES: dict[str, type | tuple[type, ...]] = {
     "session_id": (str, type(None)), "session_kind": str, "last_entry_ts": (str, type(None)), "turn": str,
-    "previous_text": (str, type(None)), "conversation_entries": int}
+    "previous_text": (str, type(None)), "conversation_entries": int, "conversation_start": (int, type(None))}
 
 
 def _opt_str(value: object) -> str | None:

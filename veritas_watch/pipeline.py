@@ -125,7 +125,7 @@ def transform_records(records: Sequence[RawRecord], state: SessionState, *, fall
             if state.conversation_entries:  # an empty conversation (`/new` twice) needs no sync
                 out.ends.append(ConversationEnd(raw_session_id, state.last_entry_ts, state.session_kind,
                                                 line.reason or "reset", record.source.render(), record.source.seq))
-            state.next_conversation()
+            state.next_conversation(record.source.position)
             out.skipped["conversation_reset"] += 1
             continue
         if state.session_kind == "unknown" and (first := first_user_text(line)) is not None:
@@ -144,8 +144,9 @@ def transform_records(records: Sequence[RawRecord], state: SessionState, *, fall
         entry_id = clean_field(line.entry_id, redact_key) if line.entry_id else (
             "h" + hashlib.blake2b(record.data, digest_size=10).hexdigest())
         for member in history_messages(line):
-            _add_entry(out, state, _member_entry(out, record, line, session_id, entry_id, member, redact_key,
-                                                 keep_values), chunk_chars, chunk_overlap)
+            member_entry = _member_entry(out, record, line, session_id, entry_id, member, redact_key, keep_values)
+            _add_entry(out, state, dataclasses.replace(member_entry, conversation_start=state.conversation_start),
+                       chunk_chars, chunk_overlap)
         if isinstance(cleaned, Skip):
             out.skipped[cleaned.reason] += 1
             # Tool output and narration are not memory, but a key pasted there must still be captured.
@@ -155,7 +156,7 @@ def transform_records(records: Sequence[RawRecord], state: SessionState, *, fall
         role, text = cleaned
         redacted = _scan(out, record, line, session_id, text, line.timestamp, redact_key, keep_values)
         entry = Entry(record.agent_id, session_id, entry_id, role, redacted, line.timestamp,
-                      clean_source(record.source, redact_key))
+                      clean_source(record.source, redact_key), conversation_start=state.conversation_start)
         _add_entry(out, state, entry, chunk_chars, chunk_overlap)
     if len(out.chunks) > 1:
         last = {chunk.point_id: i for i, chunk in enumerate(out.chunks)}

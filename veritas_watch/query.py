@@ -248,6 +248,11 @@ def neighbour_query(payload: dict[str, object], offset: int, tier: int,
                        max_position=last if after else here - 1)
 
 
+def same_conversation(a: dict[str, object], b: dict[str, object]) -> bool:
+    """Two turns of one session on the same side of its resets (`/new` keeps the session in OpenClaw 2026.9)."""
+    return a.get("conversation_start") == b.get("conversation_start")
+
+
 def _neighbours(store: Store, request: MemoryRequest, hits: Sequence[tuple[str, float]],
                 payloads: dict[str, dict[str, object]], offsets: Sequence[int]) -> dict[tuple[str, int], str]:
     """{(hit id, offset): neighbour id} for the previous (-1) and next (+1) stored turn of each hit: one
@@ -267,7 +272,9 @@ def _neighbours(store: Store, request: MemoryRequest, hits: Sequence[tuple[str, 
             answers.update(zip(lookups, store.search_batch(list(lookups.values())), strict=True))
     found: dict[tuple[str, int], str] = {}
     for (key, offset), points in answers.items():
-        placed = [(_position(p.payload), chunk_index(p.payload), p) for p in points]
+        own = payloads.get(key, {})
+        placed = [(_position(p.payload), chunk_index(p.payload), p) for p in points
+                  if same_conversation(own, p.payload)]
         turns = [(position, chunk, p) for position, chunk, p in placed if position is not None]
         if not turns:
             continue

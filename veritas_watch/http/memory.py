@@ -47,6 +47,7 @@ from veritas_watch.query import (
     neighbour_query,
     one_line,
     run_search,
+    same_conversation,
 )
 from veritas_watch.ranking import STOP_SEARCHING_HINT, SearchLoopGuard, floor_for
 from veritas_watch.sinks.store import StoreError
@@ -353,10 +354,13 @@ async def memory_get(request: web.Request) -> web.Response:
     except ValueError:
         raise BadRequest("field id must be a memory id (a UUID, as /memory/search returns it)") from None
 
-    def turns(points: list[Hit]) -> list[Hit]:
-        """The first `around` turns of a fetch in position order, each by its first chunk."""
+    def turns(points: list[Hit], of: Hit) -> list[Hit]:
+        """The first `around` turns of a fetch in position order, each by its first chunk, in `of`'s
+        conversation (a `/new` keeps the session: what was said before it is another conversation)."""
         first: dict[object, Hit] = {}
         for point in points:
+            if not same_conversation(of.payload, point.payload):
+                continue
             key = point.payload.get("position")
             if key not in first or chunk_index(point.payload) < chunk_index(first[key].payload):
                 first[key] = point
@@ -374,9 +378,9 @@ async def memory_get(request: web.Request) -> web.Response:
             return hit, [], []
         before, after = store.search_batch([earlier, later])
         older = neighbour_query(hit.payload, -1, 2, limit=fetch)
-        if older is not None and len(turns(before)) < around:  # turns stored before `session_order` existed
+        if older is not None and len(turns(before, hit)) < around:  # turns stored before `session_order` existed
             before = store.search_batch([older])[0]
-        return hit, turns(before)[::-1], turns(after)
+        return hit, turns(before, hit)[::-1], turns(after, hit)
 
     memory = daemon.memory
     store = memory.store
