@@ -941,11 +941,11 @@ COMMAND_LINE_ROUND = [
     ("sshpass by path", "hunter22", "/usr/bin/sshpass -p {v} scp a.txt box:"),
     ("docker login -p", "Hn6tYq2Lx9", "docker login -u bob -p {v} registry.example.com"),
     ("podman login -p", "Pd4mKq8zLx", "$ podman login quay.io -u bob -p {v}"),
-    ("redis-cli -a", "foobared", "try this: `redis-cli -a {v} ping`"),
+    ("redis-cli -a", "f00bared", "try this: `redis-cli -a {v} ping`"),
     ("sqlcmd -P", "Pa55w0rd!x", 'sqlcmd -S db -U sa -P "{v}" -Q "select 1"'),
     ("ldapsearch -w", "Sup3rSecret", "ldapsearch -x -D cn=admin,dc=example -w {v} -b dc=example"),
     ("mosquitto_pub -P", "Mq7zLp2x", "mosquitto_pub -h broker -u dev -P {v} -t t -m hi"),
-    ("zip -P after &&", "opensesame", "cd /tmp && zip -P {v} x.zip notes.txt"),
+    ("zip -P after &&", "0pensesame", "cd /tmp && zip -P {v} x.zip notes.txt"),
     ("mongosh -p", "Mg6nLq8z", "mongosh -u admin -p {v} --authenticationDatabase admin"),
     ("xfreerdp /p:", "Rdp7zLq2x", "xfreerdp /v:10.0.0.9 /u:admin /p:{v}"),
     ("mysql -p quoted", "S3cr3tPw9x", "mysql -u root -p'{v}' shop"),
@@ -958,6 +958,7 @@ COMMAND_LINE_ROUND = [
 ]
 NOT_SECRETS_COMMAND_LINES = [
     "I'll zip -P the files later",
+    "zip -P requires a password argument",
     "run redis-cli -a then paste",
     "the docker login page asks -p first",
     "mysql -u root -p shop",
@@ -973,6 +974,91 @@ NOT_SECRETS_COMMAND_LINES = [
     "I changed my password 3 times",
     "pwd /home/bob2",
 ]
+
+
+# ---------------------------------------------------------------------------------------------
+# A second credential trial (930 inputs written as people paste them to an ops assistant): a word told as the
+# password in prose, markdown around the cue, a password column of a table, a Chinese or Japanese cue without
+# 是/は/colon, a password typed twice, a quoted passphrase, tools' own syntax (SQL, Redis, Wi-Fi, sudo -S,
+# chpasswd, sqlplus, PowerShell, httpie, smbclient, lftp, 7z, gpg, kubectl), a token as a URL's user, `user:X@`
+# an IP or after ssh, Google app passwords, BitLocker recovery keys, spaced TOTP setup keys. And what it
+# redacted that is public or an identifier: integrity digests, SSH public keys, certificate bodies, data: URIs,
+# WireGuard's PublicKey, Stripe object ids, OpenAI organisation ids, a getter's arguments, `passwordEncoder`.
+
+SECOND_TRIAL_ROUND = [
+    ("told word", "sunshine", "my password is {v}"),
+    ("told word, full stop", "bluewhale", "the wifi password is {v}."),
+    ("told word then and", "letmein", "the password is {v} and it works"),
+    ("markdown bold label", "Kx8#pL2mQ", "- **Password:** {v}"),
+    ("markdown bold cue", "Kx8#pL2mQ", "**password**: {v}"),
+    ("table column", "Rt7#mVq92", "| host | user | password |\n|---|---|---|\n| db1 | root | {v} |"),
+    ("table column, second row", "sunflower42",
+     "| Host | Username | Password |\n| --- | --- | --- |\n| 10.0.0.4 | bob | Xq9#mLp2v |\n| 10.0.0.5 | root | {v} |"),
+    ("parenthesised", "Gh7kLm22", "password is ({v})"),
+    ("dash", "Gh7kLm25", "password - {v}"),
+    ("apostrophe s", "Gh7kLm26", "the password's {v}"),
+    ("quoted passphrase", "my long passphrase here", "password: '{v}'"),
+    ("quoted passphrase told", "blue sky 42", 'password is "{v}"'),
+    ("chinese cue, no colon", "Qwe!2345", "账号 admin 密码 {v}"),
+    ("chinese cue, digits", "88886666", "wifi 密码 {v}"),
+    ("japanese cue with particle", "Vq7kR2mx", "パスワードを {v} に変更しました"),
+    ("sql identified by", "Hx7#kL9q", "CREATE USER 'app'@'%' IDENTIFIED BY '{v}';"),
+    ("sql alter user password", "sunflowerfield", "ALTER USER app PASSWORD '{v}';"),
+    ("redis requirepass", "Hx7#kL9q", "requirepass {v}"),
+    ("wpa psk", "sunflowerfield", 'network={{\n  ssid="HomeNet"\n  psk="{v}"\n}}'),
+    ("wifi qr", "sunflower42", "WIFI:T:WPA;S:HomeNet;P:{v};;"),
+    ("echo to sudo -S", "Vq7kR2mxL9pZa3Qw", "echo {v} | sudo -S systemctl restart nginx"),
+    ("echo to --password-stdin", "Vq7kR2mx", "echo '{v}' | docker login --username bob --password-stdin"),
+    ("chpasswd", "Vq7kR2mxL9pZa3Qw", "echo 'root:{v}' | chpasswd"),
+    ("sqlplus", "Vq7kR2mxL9pZa3Qw", "sqlplus system/{v}@//db:1521/XEPDB1"),
+    ("powershell securestring", "Hx7#kL9q", '$password = ConvertTo-SecureString "{v}" -AsPlainText -Force'),
+    ("httpie -a", "Vq7kR2mxL9pZa3Qw", "http -a admin:{v} GET https://x"),
+    ("smbclient -U", "Vq7kR2mxL9pZa3Qw", "smbclient //nas/share -U 'bob%{v}'"),
+    ("lftp -u", "Vq7#kR2m!xL9pZ", "lftp -u 'bob,{v}' sftp://host"),
+    ("7z quoted", "Vq7kR2mxL9pZa3Qw", "7z x archive.7z -p'{v}'"),
+    ("gpg --passphrase", "Vq7kR2mxL9pZa3Qw", "gpg --batch --passphrase '{v}' -d file.gpg"),
+    ("kubectl --docker-password", "Vq7kR2mx", "kubectl create secret docker-registry r --docker-username=bob "
+                                              "--docker-password={v}"),
+    ("token as the url's user", "Vq7kR2mxL9pZa3Qw", "git clone https://{v}@github.com/org/repo.git"),
+    ("user:password@ip", "Vq7kR2mx", "use admin:{v}@192.168.1.1 for the router"),
+    ("ssh user:password@host", "Vq7kR2mx", "ssh bob:{v}@build.internal"),
+    ("google app password", "qwer tyui asdf zxcv", "Gmail app password: {v}"),
+    ("google app password, one run", "qwertyuiasdfzxcv", "app password {v}"),
+    ("bitlocker", "314424-007123-170776-539235-912457-684461-249949-633693", "BitLocker recovery key: {v}"),
+    ("totp setup key", "rh5r bo54 qdtq p6yr tckd fguc ywq7 qnyd", "2FA setup key: {v}"),
+]
+NOT_SECRETS_SECOND_TRIAL = [
+    "the password is incorrect", "the password is required.", "my password is wrong, I think",
+    "password is case-sensitive", "the password is stored in the vault", "the password is changed every month",
+    "your password is too short", "the password is different now", "password: required",
+    "Remember: the admin password is something only Priya knows.", "password reset link expired",
+    '"integrity": "sha512-8VVaYc0wTnn0KVc7aQ+IlYvL6g2k3LG2x1XR4zL8Gx3KcG9cS2Ls4v0wB4nU2sDq7pWm0bE4vN3jY2F8ZkXyDa=="',
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGq8Zk3bYqLpV3n9d2L4m0xvG5tR8sQ1yJ7wE6uH2fKc bob@laptop",
+    "-----BEGIN CERTIFICATE-----\nMIIDdzCCAl+gAwIBAgIEAgAAuTANBgkqhkiG9w0BAQUFADBaMQswCQYDVQQGEwJJ\n"
+    "RTESMBAGA1UEChMJQmFsdGltb3JlMRMwEQYDVQQLEwpDeWJlclRydXN0MSIwIAYD\n-----END CERTIFICATE-----",
+    "PublicKey = xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg=",
+    "![img](data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJ"
+    "RU5ErkJggg==)",
+    "customer cus_NffrFeUfNV2Hib, invoice in_1MtHbELkdIwHu7ixl4OzzPMv, price price_1MoBy5LkdIwHu7ixZhnattbh",
+    "OpenAI-Organization: org-8f3Kq92LmZxP0aBcD4eFgH1i",
+    "passwordEncoder: bcrypt",
+    "keyring.get_password('system', 'username')",
+    "use `id:` with the sender identity value: `id:alice` or `id:alice!~alice@irc.example.net`",
+    "| Token | Meaning |\n|---|---|\n| `--surface` | Page-level surface color |",
+    "| host | password |\n|---|---|\n| db1 | (in the vault) |",
+    "email me: mailto:alice@example.com",
+    'url = URL("https://example.com").copy_with(username="jo@gmail.com", password="a secret")',
+    "if auth_from_netrc:\n    login, account, password = auth_from_netrc(host)",
+]
+
+
+def test_a_password_typed_twice_is_hidden_both_times() -> None:
+    for text, value in (("my password is Summer24! and when I type Summer24! on the VPN it fails", "Summer24!"),
+                        ('password is hunter22 and I typed "hunter22"', "hunter22")):
+        out = redact.redact(text, KEY).text
+        assert value not in out, out
+    # a word that only contains it stays
+    assert "Summer24!x" in redact.redact("password is Summer24! and Summer24!x is the old one", KEY).text
 
 
 # ---------------------------------------------------------------------------------------------
@@ -992,6 +1078,7 @@ HIDDEN_WHOLE = {
     "detect-secrets code lines": CODE_LINE_ROUND,
     "settings (whispers)": SETTINGS_ROUND,
     "command lines": COMMAND_LINE_ROUND,
+    "second credential trial": SECOND_TRIAL_ROUND,
 }
 LEFT_ALONE = {
     "code": CODE_NOT_SECRETS,
@@ -1005,6 +1092,7 @@ LEFT_ALONE = {
     "settings (whispers)": NOT_SECRETS_SETTINGS,
     "openclaw docs": NOT_SECRETS_OPENCLAW_DOCS,
     "command lines": NOT_SECRETS_COMMAND_LINES,
+    "second credential trial": NOT_SECRETS_SECOND_TRIAL,
 }
 
 

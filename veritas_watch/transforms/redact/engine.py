@@ -118,6 +118,16 @@ def detect(text: str) -> list[SecretMatch]:
     return sorted(masked + matches, key=lambda m: m.start) if masked else matches
 
 
+# A password a person typed (a cue or a command said so) is short and may be a word: where it recurs as a
+# whole word in the same message ("my password is Summer24! and when I type Summer24! ..."), it is the same.
+_PASSWORD_RULES = frozenset({"password_cue", "password_word", "login_pair", "command_password", "mysql_password",
+                             "tool_credential", "password_argument"})
+
+
+def _whole_word(text: str, start: int, end: int) -> bool:
+    return (start == 0 or not text[start - 1].isalnum()) and (end == len(text) or not text[end].isalnum())
+
+
 def _with_repeats(text: str, matches: list[SecretMatch], blocked: list[tuple[int, int]]) -> list[SecretMatch]:
     """A value found once is hidden everywhere it recurs, even where no rule would fire."""
     taken = _Spans([(m.start, m.end) for m in matches] + blocked)
@@ -125,13 +135,14 @@ def _with_repeats(text: str, matches: list[SecretMatch], blocked: list[tuple[int
     seen: set[str] = set()
     for match in matches:
         value = match.value
-        if value in seen or len(value) < 10 or shannon_entropy(value) < 3.0 or _is_wordish(value):
+        typed = match.rule in _PASSWORD_RULES and len(value) >= 6 and " " not in value
+        if value in seen or (not typed and (len(value) < 10 or shannon_entropy(value) < 3.0 or _is_wordish(value))):
             continue  # each value once; only values that cannot plausibly recur by accident
         seen.add(value)
         pos = text.find(value)
         while pos >= 0:
             end = pos + len(value)
-            if not taken.overlaps(pos, end):
+            if not taken.overlaps(pos, end) and (not typed or _whole_word(text, pos, end)):
                 extra.append(SecretMatch(match.rule, match.service, match.key_name, pos, end, value))
                 taken.add(pos, end)
             pos = text.find(value, pos + 1)

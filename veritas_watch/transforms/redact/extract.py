@@ -19,6 +19,7 @@ from veritas_watch.transforms.redact.base import (
     _Hit,
     _is_placeholder,
     _is_wordish,
+    _looks_like_code_or_path,
     _plausible,
     _random_printable,
     _symbol_password,
@@ -99,6 +100,8 @@ def _extract_assignment(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
     if raw is None or raw.startswith("***") or "…" in raw:
         return None  # an OpenClaw mask (`KEY=***`, `sk-pro…HNzL`): found by the mask pass
     name = m.group("name")
+    if rule.name == "secret_setter_call" and re.match(r"(?i)get(?:_|[A-Z]|$)", name):
+        return None  # `keyring.get_password('system', 'username')`: a getter's arguments name what it gets
     if not is_secret_name(name):
         return None
     if groups.get("op") == "," and not groups.get("nq"):
@@ -294,7 +297,9 @@ def _extract_curl_user(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
                 value=text[start:end])
 
 
-_OPEN_QUOTES = {"`": "`", '"': '"', "'": "'", "“": "”", "‘": "’", "「": "」", "『": "』"}
+_OPEN_QUOTES = {"`": "`", '"': '"', "'": "'", "“": "”", "‘": "’", "「": "」", "『": "』", "(": ")"}
+# A quoted passphrase may hold spaces (`password is "blue sky 42"`): its closing quote on the same line, near.
+_QUOTED_PHRASE_MAX = 64
 
 
 _PROSE_SEP_RE = re.compile(r"(?i)\b(?:is|was|are|be|to)\b|[是为為\u4e00-\u9fff]")
@@ -309,6 +314,12 @@ def _cue_value(m: re.Match[str], text: str) -> tuple[int, int, bool]:
     if q:
         close = _OPEN_QUOTES.get(q, q)
         idx = text.find(close, start, end + 1) if close.isascii() else -1
+        if close.isascii() and idx < 0 and q in "\"'" and text[end:end + 1] == " ":
+            line_end = text.find("\n", start)
+            limit = min(start + _QUOTED_PHRASE_MAX, line_end if line_end >= 0 else len(text))
+            phrase_end = text.find(close, start, limit)
+            if phrase_end > start:
+                idx = phrase_end
         if close.isascii() and idx >= 0:
             end = idx
             quoted = True
@@ -385,6 +396,34 @@ def _alone_on_next_line(m: re.Match[str], text: str, start: int, end: int) -> bo
     return "\n" in text[m.end("cue") : start] and not text[end : line_end if line_end >= 0 else len(text)].strip()
 
 
+# A word told as the password in prose ("my password is sunshine", "the wifi password is bluewhale."): the cue
+# vouches for it where it ends the clause; what ends a clause after "password is" is otherwise a predicate
+# ("wrong", "required", "case-sensitive", "encrypted"), told apart by the word or its ending.
+_CLAUSE_END_RE = re.compile(r"[.!?,;:)\]]*(?:\s*$|\s*\n|[ \t]+(?:and|but|so|btw|or|if|when|lol|thanks)\b|[，。！？、])")
+_PREDICATE_END_RE = re.compile(
+    r"(?:ed|ing|ive|ble|ous|ful|less|al|ic|ent|ant|ure|ory|ary|ly|ion|ity|ness|ment|ise|ize|en|est)$")
+_PREDICATES = frozenset((
+    "correct", "wrong", "strong", "secret", "private", "public", "random", "default", "simple", "length", "invalid",
+    "something", "anything", "nothing", "everything", "another", "unknown", "written", "shown", "chosen", "please",
+    "inside", "outside", "attached", "blank", "empty", "null", "none", "false", "true", "undefined", "unset", "okay",
+    "great", "better", "worse", "longer", "shorter", "stronger", "weaker", "easier", "harder", "simpler", "safer",
+    "already", "there", "where", "whatever", "plaintext", "cleartext", "weak", "short", "complex", "secure",
+    "expired", "unchanged", "mine", "yours", "theirs", "below", "above", "here", "same", "fine", "good", "hard",
+))
+
+
+def _told_word(value: str, text: str, stop: int) -> bool:
+    """A password given as a word (or a word with digits) in prose, ending its clause."""
+    if not 6 <= len(value) <= 40 or not value.isascii() or not re.fullmatch(r"[A-Za-z0-9!@#$%^&*+-]+", value):
+        return False
+    if _CLAUSE_END_RE.match(text, stop) is None or _is_placeholder(value) or _REFERENCE_RE.search(value):
+        return False
+    word = value.lower().strip("!.")
+    if word in _PREDICATES or "-" in word or (word.isalpha() and _PREDICATE_END_RE.search(word)):
+        return False  # `case-sensitive`, `required`, `incorrect`: said of the password, not the password
+    return not _looks_like_code_or_path(value) and not value.isdigit()
+
+
 def _extract_password_cue(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
     start, end, quoted = _cue_value(m, text)
     if _cue_crosses_into_assignment(m, text, start):
@@ -393,11 +432,16 @@ def _extract_password_cue(rule: Rule, m: re.Match[str], text: str) -> _Hit | Non
 
     def password_like(stop: int) -> bool:
         value = text[start:stop]
+        if " " in value:  # only inside quotes, told (`password: 'my long passphrase here'`; in code, `=`, a string)
+            closed = bool(m.group("q")) and text[stop:stop + 1] == _OPEN_QUOTES.get(m.group("q"), "")
+            closed = closed and "=" not in m.group("sep")
+            return closed and len(value) >= 8 and len(value.split()) <= 8 and not _is_placeholder(value)
         return (
             _plausible(value, "password", quoted=quoted)
             or _symbol_password(value)
             or _random_printable(value)
             or _PASSPHRASE_RE.fullmatch(value) is not None
+            or (m.group("cue").isascii() and "=" not in m.group("sep") and _told_word(value, text, stop))
             # a word is a password where the layout sets it off: in Chinese, or alone on the next line
             or ((_cjk_set_off(m, text, stop) or _alone_on_next_line(m, text, start, stop))
                 and _chosen_word_password(value))

@@ -258,6 +258,7 @@ _NON_SECRET_LAST = frozenset(
     budget cost rate window index ref refs var variable location store storage backend helper
     command cmd schema regex pattern list map set required optional flag flags check checks status
     state valid rotation rotated hash hashed salt rounds iterations strength mask masked template
+    encoder encoding hasher validator prompt placeholder reset
     """.split()  # noqa: SIM905 - a word list reads better as text
 )
 _KEY_ONLY_QUALIFIERS = frozenset(

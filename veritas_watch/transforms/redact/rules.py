@@ -1035,8 +1035,8 @@ _XML_KEY_VALUE_RE = (
     r"(?P<q>[\"'])(?P<qv>[^\"'<>\n]{1,1024})(?P=q)"
 )
 _CLI_FLAG_RE = (
-    r"(?<![\w\-])--?(?P<name>(?i:api[-_]?key|access[-_]token|auth[-_]token|token|password|passwd|secret|"
-    r"client[-_]secret|pat|(?:proxy-)?tlspassword|http-password|proxy-password|ftp-password))(?:=|[ \t]+)"
+    r"(?<![\w\-])--?(?P<name>(?i:api[-_]?key|access[-_]token|auth[-_]token|token|passwd|secret|passphrase|"
+    r"client[-_]secret|pat|(?:proxy-)?tlspassword|(?:[a-z0-9]+[-_])*password|storepass|keypass))(?:=|[ \t]+)"
     r"(?:[\"'](?P<qv>[^\"'\n]{1,512})[\"']|(?P<v>[^\s\"'`]{1,512}))"
 )
 _AUTH_HEADER_RE = (
@@ -1067,15 +1067,16 @@ _CURL_USER_RE = (
 _CUE_SEP = (
     r"(?P<sep>(?:[\u3040-\u30ff\u4e00-\u9fff]{1,6}?)?"
     r"(?:\s+(?:is|was|are|would\s+be|will\s+be|should\s+be|set\s+to|changed\s+to|to)\b\s*[:：]?|"
-    r"\s*(?:是|为|為|は)\s*[:：]?|\s*[:：=＝]|\s*=>|\s*->))[ \t\u3000]*(?:\r?\n[ \t]*)?"
+    r"\s*(?:是|为|為|は)\s*[:：]?|\s*(?:\*\*?|__?)?[:：=＝](?:(?:\*\*?|__?)(?=\s))?|\s*=>|\s*->|[ \t]+-[ \t]|'s\b))"
+    r"[ \t\u3000]*(?:\r?\n[ \t]*)?"
 )
-_CUE_VALUE = r"(?P<q>[`\"'“‘「『]?)(?P<value>[!-~]{1,2048})"
+_CUE_VALUE = r"(?P<q>[`\"'“‘「『(]?)(?P<value>[!-~]{1,2048})"
 _TARGET = r"(?:\s+(?:for|of|to|on)\s+(?P<target>[^\n:=,;。，：]{1,40}?))?"
 
 _PASSWORD_CUE_RE = (
     r"(?i)(?P<cue>(?<![A-Za-z0-9_\-])(?:pass(?:word|wd|phrase|code)s?|pass(?=[ \t]*[:：=])|pwd|pw|pin\s?code)|"
     r"密码|密碼|口令|密匙|通行码|パスワード|パスコード|暗証番号|合言葉)(?![A-Za-z0-9_\-])" + _TARGET + r"[\"']?"
-    + _CUE_SEP + _CUE_VALUE
+    + r"(?:\*\*?|__?)?" + _CUE_SEP + _CUE_VALUE
 )
 _TOKEN_CUE_RE = (
     r"(?i)(?P<cue>(?<![A-Za-z0-9_\-])(?:(?:(?:api|access|secret|auth|bearer|bot|refresh|private|app|client|"
@@ -1159,10 +1160,12 @@ def _extract_positional_password(rule: Rule, m: re.Match[str], text: str) -> _Hi
         return None
     if group == "groovy" and not _plausible(value, "password"):
         return None
-    if group == "psexec" and not _plausible(value, "password") and not _starts_a_command(text, m.start()):
-        return None  # "I'll zip -P the files later": prose naming a command, no password
     if group == "psexec":
         key_name = _command_flag(m.group("command"))
+        # "I'll zip -P the files later", "zip -P requires a password": prose naming a command (zip is a word too)
+        if not _plausible(value, "password") and (not _starts_a_command(text, m.start()) or (
+                value.isalpha() and value.islower() and key_name in ("zip -P", "unzip -P"))):
+            return None
     elif group == "rdp":
         key_name = "xfreerdp /p:"
     else:
@@ -1403,10 +1406,38 @@ def _slug(value: str) -> bool:
     )
 
 
+# Public material and identifiers a random-looking token can be: subresource integrity digests, SSH public
+# keys, bodies of certificates and public keys, data: URIs, a `PublicKey =` setting (WireGuard), Stripe object
+# ids (`cus_`, `in_`, `price_`: secrets are `sk_`/`rk_`/`whsec_`), OpenAI organisation ids, a Twilio account SID.
+_PUBLIC_VALUE_RE = re.compile(
+    r"sha(?:1|256|384|512)-[A-Za-z0-9+/=]+|org-[A-Za-z0-9]{20,}|AC[0-9a-f]{32}|"
+    r"(?:cus|in|ii|il|price|prod|sub|si|pi|py|ch|re|evt|acct|cs|pm|seti|src|txn|tr|po|card|ba|plink|inv|prv)"
+    r"_[A-Za-z0-9]{8,}"
+)
+_PUBLIC_BEFORE_RE = re.compile(
+    r"(?:base64,|(?:ssh-(?:rsa|dss|ed25519)|ecdsa-sha2-nistp\d+|sk-ssh-ed25519@openssh\.com)[ \t]+|"
+    r"(?i:public[\w.-]*)[ \t]*[:=][ \t]*[\"']?)$"
+)
+_PEM_BEGIN_RE = re.compile(r"-----BEGIN ([A-Z0-9 ]{3,40})-----")
+
+
+def _public_material(text: str, start: int, end: int) -> bool:
+    value = text[start:end]
+    if _PUBLIC_VALUE_RE.fullmatch(value) or _PUBLIC_BEFORE_RE.search(text, max(0, start - 60), start):
+        return True
+    begin = text.rfind("-----BEGIN ", max(0, start - 20000), start)
+    if begin < 0 or "-----END " in text[begin:start]:
+        return False
+    label = _PEM_BEGIN_RE.match(text, begin)
+    return label is not None and ("CERTIFICATE" in label.group(1) or "PUBLIC KEY" in label.group(1))
+
+
 def _extract_bare_token(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
     start, end = m.span("value")
     while end > start and text[end - 1] == ".":
         end -= 1
+    if _public_material(text, start, end):
+        return None
     assigned = _ASSIGNED_PREFIX_RE.match(text, start, end)
     if assigned is not None and (assigned.group("name").isupper() or is_secret_name(assigned.group("name"))):
         start = assigned.end()  # `DOPPLER_TOKEN=dp.st...`: the name is no part of the key
@@ -1550,7 +1581,8 @@ def _extract_bare_password(rule: Rule, m: re.Match[str], text: str) -> _Hit | No
 # are admin / Qwerty2024", "login: admin / sunshine42". Prose says "password manager", "password reset",
 # "admin / settings", so the value must mix letters with digits or marks (or be random), as no word does.
 _PASSWORD_WORD_RE = (
-    r"(?i)(?<![A-Za-z0-9_\-])(?P<cue>password|passwd|passphrase|pwd|pw)[ \t]+(?P<value>[!-~]{6,128})"
+    r"(?i)(?<![A-Za-z0-9_\-])(?:(?P<cue>password|passwd|passphrase|pwd|pw)[ \t]+|"
+    r"(?P<cjk>密码|密碼|口令|パスワード|パスコード|暗証番号)[をはがも]?[ \t\u3000]*)(?P<value>[!-~]{6,128})"
 )
 _LOGIN_PAIR_RE = (
     r"(?i)(?<![A-Za-z0-9_\-])(?P<cue>login|log[ \t]+in|logon|sign[ \t]+in|creds?|credentials)(?![A-Za-z0-9_\-])"
@@ -1570,13 +1602,119 @@ def _extract_password_word(rule: Rule, m: re.Match[str], text: str) -> _Hit | No
     if len(parts := _JOINED_PARTS_RE.split(value)) > 1 and all(len(p) <= 3 or _is_wordish(p) for p in parts):
         return None  # `2fa-enabled`, `invoices-2024`: words and numbers joined, a name
     mixed = _has_letter_and_digit(value) or (_char_classes(value) >= 3 and not _is_wordish(value))
-    if not (mixed and _plausible(value, "password")) and not _random_printable(value):
+    digits = value.isdigit() and not _DATE_RE.fullmatch(value) and len(set(value)) > 1  # `密码 135790`
+    if not (mixed and _plausible(value, "password")) and not _random_printable(value) and not digits:
         return None
     if "/" in value or value.lower().startswith(("http", "www.")):
         return None  # a path or an address goes on after the pair's slash
     service = _service_before(text, m.start("cue"))
-    key_name = m.group("user") if "user" in m.groupdict() else m.group("cue").lower()
+    key_name = m.group("user") if "user" in m.groupdict() else (m.group("cue") or m.group("cjk")).lower()
     return _Hit(start, end, key_name=key_name, service=service)
+
+
+# Credentials in the shapes of particular tools and formats, each found by its own syntax: `IDENTIFIED BY
+# '...'` (SQL), `requirepass` (Redis), wpa_supplicant's `psk="..."`, a Wi-Fi QR code's `P:...;`, a command's
+# password (`echo X | sudo -S`, `--password-stdin`, `chpasswd`, `sqlplus user/X@db`, PowerShell's
+# `ConvertTo-SecureString "X" -AsPlainText`, httpie's `-a user:X`, `smbclient -U user%X`, `lftp -u user,X`,
+# `7z -p'X'`), a token as a URL's user (`https://<token>@github.com`), `user:X@host` without a scheme,
+# a Google app password (16 letters, in fours), a BitLocker recovery key, a spaced TOTP setup key.
+_TOOL_CREDENTIAL_RE = (
+    r"(?i:\bidentified[ \t]+by(?:[ \t]+password)?|\b(?:alter|create)[ \t]+(?:user|role|login)\b[^\n;]{0,200}?"
+    r"\bpassword(?:[ \t]*=)?)[ \t]*'(?P<sql>[^'\n]{1,256})'"
+    r"|(?i:\b(?:requirepass|masterauth))[ \t]+(?P<rq>[\"']?)(?P<redis>[^\s\"']{1,256})(?P=rq)"
+    r"|(?i:\b(?:psk|wpa_passphrase|sae_password))[ \t]*=[ \t]*(?P<wq>\"?)(?P<wifi>[^\s\"]{1,128})(?P=wq)"
+    r"|\bWIFI:(?:[^;\n]*;){0,6}?P:(?P<qr>(?:\\.|[^;\\\n]){1,128});"
+    r"|\becho[ \t]+(?P<eq>[\"']?)(?P<echo>[^\s\"'|]{1,256})(?P=eq)[ \t]*\|[ \t]*"
+    r"(?:sudo\b[^\n|]{0,40}?[ \t]-S\b|[^\n|]{0,120}?--password-stdin\b)"
+    r"|\becho[ \t]+(?P<cq>[\"']?)[\w.\-]{1,64}:(?P<chpasswd>[^\s\"'|]{1,256})(?P=cq)[ \t]*\|[ \t]*"
+    r"(?:sudo[ \t]+)?chpasswd\b"
+    r"|\bsqlplus(?:64)?\b[ \t]+(?:-\w+[ \t]+)*[\w$#]{1,64}/(?P<sqlplus>[^\s@/\"']{1,128})(?=@|\s|$)"
+    r"|(?i:ConvertTo-SecureString)[ \t]+(?:-String[ \t]+)?(?P<pq>[\"'])(?P<ps>[^\"'\n]{1,256})(?P=pq)[ \t]+-AsPlainText"
+    r"|\bhttps?(?:[ \t][^\n]{0,120}?)?[ \t](?:-a|--auth)(?:=|[ \t]+)(?P<hq>[\"']?)[^\s:\"']{1,128}:"
+    r"(?P<httpie>[^\s\"']{1,256})(?P=hq)"
+    r"|\bsmbclient\b[^\n]{0,200}?[ \t]-U[ \t]*(?P<sbq>[\"']?)[^\s%\"']{1,128}%(?P<smb>[^\s\"']{1,256})(?P=sbq)"
+    r"|\blftp\b[^\n]{0,200}?[ \t]-u[ \t]*(?P<lq>[\"']?)[^\s,\"']{1,128},(?P<lftp>[^\s\"']{1,256})(?P=lq)"
+    r"|\b7z[a-z]?\b[^\n]{0,200}?[ \t]-p(?P<zq>[\"'])(?P<sevenzip>[^\"'\n]{1,256})(?P=zq)"
+    r"|\bhttps?://(?P<urltoken>[A-Za-z0-9_\-]{12,256})@[A-Za-z0-9.\-]+"
+    r"|(?<![\w/:.@\-])[A-Za-z0-9._\-]{1,64}:(?P<hostpass>[^\s@:/\"'`]{4,128})@(?=\d{1,3}(?:\.\d{1,3}){3}\b)"
+    r"|\b(?:ssh|scp|sftp|rsync|ftp|telnet)[ \t][^\n]{0,200}?(?<![\w/:.@\-])[A-Za-z0-9._\-]{1,64}:"
+    r"(?P<sshpass>[^\s@:/\"'`]{4,128})@"
+    r"|(?i:\bapp[ \-]?(?:specific[ \-])?passwords?\b|应用专用密码)[^\n]{0,30}?"
+    r"(?P<apppass>(?<![a-z])[a-z]{4}(?: [a-z]{4}){3}(?![a-z])|(?<![a-z])[a-z]{16}(?![a-z]))"
+    r"|(?<!\d)(?P<bitlocker>\d{6}(?:-\d{6}){7})(?!\d)"
+    r"|(?i:\b(?:setup|secret|2fa|totp|mfa|otp|authenticator)[ \t]+(?:key|code|seed|secret))[ \t]*[:：]?[ \t]*"
+    r"(?P<totp>(?i:[a-z2-7]{4}(?:[ \t][a-z2-7]{4}){3,9}))(?![a-z2-7])"
+)
+_TOOL_KEY_NAMES = {
+    "sql": "IDENTIFIED BY", "redis": "requirepass", "wifi": "psk", "qr": "WIFI P", "echo": "sudo -S / --password-stdin",
+    "chpasswd": "chpasswd", "sqlplus": "sqlplus", "ps": "ConvertTo-SecureString", "httpie": "http -a",
+    "smb": "smbclient -U", "lftp": "lftp -u", "sevenzip": "7z -p", "urltoken": "URL token",
+    "hostpass": "user:password@host", "sshpass": "user:password@host",
+    "apppass": "app password", "bitlocker": "BitLocker recovery key", "totp": "TOTP secret",
+}
+# the shapes whose syntax alone makes the value a credential; the others must also look like one
+
+
+def _extract_tool_credential(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
+    group = next(g for g in _TOOL_KEY_NAMES if m.group(g) is not None)
+    start, end = m.span(group)
+    value = text[start:end]
+    if len(value) < 3 or _is_placeholder(value) or _REFERENCE_RE.search(value) or value.startswith("$"):
+        return None
+    if group == "urltoken" and not (_random_printable(value) or _plausible(value, "token")):
+        return None  # `https://build-server-artifacts@…` is a name
+    if group in ("hostpass", "sshpass") and not _has_letter_and_digit(value):
+        return None  # `mailto:alice@example.com`
+    if group == "totp" and len(value.replace(" ", "").replace("\t", "")) < 16:
+        return None
+    return _Hit(start, end, key_name=_TOOL_KEY_NAMES[group], service=_known_service_near(text, m.start()))
+
+
+# A markdown table with a password (or secret, token) column: each row's cell in it (`| db1 | root | Rt7#mVq92 |`).
+_TABLE_ROW_RE = r"(?m)^[ \t]*\|(?P<row>[^\n]{3,2000})\|[ \t]*\r?$"
+_TABLE_SEPARATOR_RE = re.compile(r"[ \t]*\|?[ \t]*:?-{3,}:?[ \t]*(?:\|[ \t]*:?-{3,}:?[ \t]*)*\|?[ \t]*\r?")
+_SECRET_COLUMN_RE = re.compile(r"(?i)^\W*(?:password|passwd|pass|pwd|pw|secret|密码|密碼|パスワード)\W*$")
+
+
+def _cells(row: str) -> list[tuple[int, int]]:
+    """(start, end) of each cell's stripped text within `row` (the text between the outer pipes)."""
+    spans, at = [], 0
+    for cell in row.split("|"):
+        lead = len(cell) - len(cell.lstrip())
+        spans.append((at + lead, at + len(cell.rstrip())))
+        at += len(cell) + 1
+    return spans
+
+
+def _extract_table_cell(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
+    lines = text[:m.start()].split("\n")
+    if len(lines) < 3 or not _TABLE_SEPARATOR_RE.fullmatch(lines[-2]):
+        # not the first data row: walk up over rows of the same table to its separator
+        i = len(lines) - 2
+        while i >= 1 and lines[i].lstrip().startswith("|") and not _TABLE_SEPARATOR_RE.fullmatch(lines[i]):
+            i -= 1
+        if i < 1 or not _TABLE_SEPARATOR_RE.fullmatch(lines[i]):
+            return None
+        header = lines[i - 1]
+    else:
+        header = lines[-3]
+    header = header.strip()
+    if not header.startswith("|") or header.startswith("|-"):
+        return None
+    names = [c.strip() for c in header.strip("|").split("|")]
+    column = next((i for i, name in enumerate(names) if _SECRET_COLUMN_RE.match(name)), None)
+    cells = _cells(m.group("row"))
+    if column is None or column >= len(cells) or len(cells) != len(names):
+        return None
+    a, b = cells[column]
+    start, end = m.start("row") + a, m.start("row") + b
+    value = text[start:end].strip("`")
+    start = text.find(value, start, end)
+    if len(value) < 4 or _is_placeholder(value) or _REFERENCE_RE.search(value) or " " in value or value[0] in "-$":
+        return None
+    if not (_has_letter_and_digit(value) or _plausible(value, "password") or _random_printable(value)):
+        return None  # `| prod | admin | (in the vault) |`, `| see below |`
+    return _Hit(start, start + len(value), key_name=names[column], service=_service_on_line(text, start, end))
 
 
 _GENERIC_RULES: tuple[Rule, ...] = (
@@ -1595,7 +1733,8 @@ _GENERIC_RULES: tuple[Rule, ...] = (
     _g(
         "cli_secret_flag",
         _CLI_FLAG_RE,
-        ("-api", "-token", "-access", "-auth", "-pass", "-secret", "-client", "-pat", "tlspassword"),
+        ("-api", "-token", "-access", "-auth", "-pass", "-secret", "-client", "-pat", "tlspassword", "password",
+         "storepass", "keypass"),
         _extract_cli_flag,
     ),
     _g("authorization_header", _AUTH_HEADER_RE, ("authorization",), _extract_auth_header),
@@ -1631,7 +1770,13 @@ _GENERIC_RULES: tuple[Rule, ...] = (
         _extract_token_cue,
         kind="cue",
     ),
-    _g("password_word", _PASSWORD_WORD_RE, ("pass", "pwd", "pw"), _extract_password_word, kind="cue",
+    _g("table_secret_column", _TABLE_ROW_RE, ("|",), _extract_table_cell),
+    _g("tool_credential", _TOOL_CREDENTIAL_RE,
+       ("identified", "password", "requirepass", "masterauth", "psk", "passphrase", "sae_", "wifi:", "echo", "sqlplus",
+        "securestring", "-a", "--auth", "smbclient", "lftp", "7z", "@", "app", "应用专用密码", "-", "setup", "secret",
+        "2fa", "totp", "mfa", "otp", "authenticator"), _extract_tool_credential),
+    _g("password_word", _PASSWORD_WORD_RE, ("pass", "pwd", "pw", "密码", "密碼", "口令", "パスワード", "パスコード",
+                                            "暗証番号"), _extract_password_word, kind="cue",
        key_name="password"),
     _g("login_pair", _LOGIN_PAIR_RE, ("log", "sign", "cred"), _extract_password_word, kind="cue",
        key_name="password"),
