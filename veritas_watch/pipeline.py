@@ -464,10 +464,14 @@ class Sink:
 
     async def _store_with_retry(self, chunks: list[Chunk]) -> bool:
         stored = await self._retry(lambda: self._store(chunks), "store_retry", self._store_failed, chunks=len(chunks))
-        if stored and self.stats.store_down_since is not None:
+        if stored:
+            self._store_answered()
+        return stored
+
+    def _store_answered(self) -> None:
+        if self.stats.store_down_since is not None:
             log.info("store_recovered", down_s=round(time.monotonic() - self.stats.store_down_since, 1))
             self.stats.store_down_since = None
-        return stored
 
     def _store_failed(self) -> None:
         self.stats.store_errors += 1
@@ -523,10 +527,14 @@ class Sink:
                 return True
             works, self._undurable = self._undurable, []
             dirty, self._dirty_points = self._dirty_points, 0
-            if dirty and not await self._retry(lambda: self.in_store_thread(self.store.flush), "store_flush_failed"):
+            # a store that cannot flush is down too (/health says so), as one that cannot take a write
+            if dirty and not await self._retry(lambda: self.in_store_thread(self.store.flush), "store_flush_failed",
+                                               self._store_failed):
                 self._undurable[:0] = works  # still owed: the next flush (or the next start) covers them
                 self._dirty_points += dirty
                 return False
+            if dirty:
+                self._store_answered()
             self._last_flush = time.monotonic()
             self.stats.flushes += 1
             if works and not await self._commit_with_retry(works):

@@ -156,8 +156,11 @@ class SqliteFeed:
                 return SqliteUnit(db, batch.session_id, None)
             facts = previous.session
             if facts.conversation_entries and not previous.ended_reported:
+                # where it ended, written as every SQLite location is (`db#session:seq`, the last row read)
+                last = previous.position.next_seq - 1 if previous.position is not None else None
+                where = f"{db}#{batch.session_id}" + (f":{last}" if last is not None and last >= 0 else "")
                 pending.append(ConversationEnd(facts.session_id or batch.session_id, facts.last_entry_ts,
-                                               facts.session_kind or "unknown", "deleted", f"{db}#{batch.session_id}"))
+                                               facts.session_kind or "unknown", "deleted", where))
             return SqliteUnit(db, batch.session_id, dataclasses.replace(previous, vanished=True, pending_ends=pending))
         # A rewalk reads the session again from its first row: its resets come again, and only the
         # ones past what was already handed on are new.
