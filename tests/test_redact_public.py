@@ -1026,6 +1026,7 @@ SECOND_TRIAL_ROUND = [
     ("google app password, one run", "qwertyuiasdfzxcv", "app password {v}"),
     ("bitlocker", "314424-007123-170776-539235-912457-684461-249949-633693", "BitLocker recovery key: {v}"),
     ("totp setup key", "rh5r bo54 qdtq p6yr tckd fguc ywq7 qnyd", "2FA setup key: {v}"),
+    ("json pass key", "Hx7kL9q2", '{{"host":"db1","pass":"{v}"}}'),
 ]
 NOT_SECRETS_SECOND_TRIAL = [
     "the password is incorrect", "the password is required.", "my password is wrong, I think",
@@ -1049,6 +1050,7 @@ NOT_SECRETS_SECOND_TRIAL = [
     "email me: mailto:alice@example.com",
     'url = URL("https://example.com").copy_with(username="jo@gmail.com", password="a secret")',
     "if auth_from_netrc:\n    login, account, password = auth_from_netrc(host)",
+    '{"test": "x", "pass": "yes"}', '{"pass": true, "fail": false}',
 ]
 
 

@@ -102,7 +102,9 @@ def _extract_assignment(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
     name = m.group("name")
     if rule.name == "secret_setter_call" and re.match(r"(?i)get(?:_|[A-Z]|$)", name):
         return None  # `keyring.get_password('system', 'username')`: a getter's arguments name what it gets
-    if not is_secret_name(name):
+    # `"pass": "…"`: alone, `pass` is too ambiguous a name, but a quoted key of a JSON object or a config is one
+    quoted_pass = name.lower() == "pass" and bool(groups.get("nq")) and groups.get("qv") is not None
+    if not is_secret_name(name) and not quoted_pass:
         return None
     if groups.get("op") == "," and not groups.get("nq"):
         return None  # `f(token, "x")`: only a quoted name pairs with the next argument
