@@ -83,6 +83,15 @@ def faulty(tmp_path: Path) -> Any:
         daemon.stop()
 
 
+def _one_entry_stored(daemon: InProcessDaemon, agent: str) -> tuple[Ledger, Path, Any]:
+    """A transcript of one stored entry: its ledger, its path and the cursor the store acknowledged."""
+    book = Ledger(daemon.state_dir, agent)
+    path = book.path(agent[0])
+    append(path, book.header(agent[0]) + book.entry(agent[0]))
+    daemon.wait_idle()
+    return book, path, daemon.cursors()[file_key(path)]
+
+
 def test_s24_store_down_cursor_frozen_nothing_lost(faulty: tuple[InProcessDaemon, FaultyStore]) -> None:
     daemon, store = faulty
     book = Ledger(daemon.state_dir, "faults")
@@ -131,11 +140,7 @@ def test_a_store_that_cannot_flush_is_down_and_the_cursor_waits(
     """Writes that land but never become durable are an outage too: /health says so (a trial removed the data
     dir under the daemon; every flush failed while /health said "ok")."""
     daemon, store = faulty
-    book = Ledger(daemon.state_dir, "flush")
-    path = book.path("f")
-    append(path, book.header("f") + book.entry("f"))
-    daemon.wait_idle()
-    acked = daemon.cursors()[file_key(path)]
+    book, path, acked = _one_entry_stored(daemon, "flush")
 
     store.flush_down.set()
     append(path, b"".join(book.entry("f") for _ in range(4)))
@@ -153,11 +158,7 @@ def test_a_store_that_cannot_flush_is_down_and_the_cursor_waits(
 
 def test_s24_store_slow_cursor_waits_for_the_ack(faulty: tuple[InProcessDaemon, FaultyStore]) -> None:
     daemon, store = faulty
-    book = Ledger(daemon.state_dir, "slow")
-    path = book.path("s")
-    append(path, book.header("s") + book.entry("s"))
-    daemon.wait_idle()
-    acked = daemon.cursors()[file_key(path)]
+    book, path, acked = _one_entry_stored(daemon, "slow")
 
     store.hold.set()  # every write now hangs until released: a store that does not answer
     append(path, b"".join(book.entry("s") for _ in range(8)))
