@@ -107,6 +107,7 @@ def test_the_daemon_stores_archives_once_beside_what_it_read_live(tmp_path: Path
              "Kiosk printers need toner by Friday.", "Toner by Friday, noted."])
         ended = [e for e in daemon.events("conversation_ended") if e.get("session") == offline]
         assert [e["reason"] for e in ended] == ["deleted"]
+
         assert daemon.stop() == 0
         daemon.start()
         daemon.wait_idle(60)

@@ -325,6 +325,9 @@ def test_a_session_created_and_deleted_while_stopped_is_read_from_its_archive(wo
     assert len(points) == len(before) + 2, "only the offline session's two turns are new"
     offline = [g for g in world.gaps_after_restart if g.get("session") == world.notes["offline_session"]]
     assert len(offline) == 1, world.gaps_after_restart
+    # ended by its archive and again by OpenClaw's store: told once (a lossless trial saw it logged twice)
+    ends = [e for e in world.daemon.events("conversation_ended") if e.get("session") == world.notes["offline_session"]]
+    assert len(ends) == 1, ends
 
 
 # -- credentials, workspaces, status ------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 import uuid
 from datetime import datetime
 from pathlib import Path
@@ -135,6 +136,36 @@ def test_a_deleted_session_ends_its_last_conversation_once(tmp_path: Path) -> No
         agent = daemon.status()["agents"][AGENT]
         assert agent["sessions"] == 0 and agent["last_entry_at"] == "2026-11-30T08:00:00.000Z", agent
         assert {p["payload"]["entry_id"] for p in daemon.export(AGENT)} == {"u1"}, "deleted history stays"
+
+
+def test_a_session_deleted_while_stopped_is_ended_once_by_its_archive_and_its_store(tmp_path: Path) -> None:
+    """Seen live, then deleted while the daemon was stopped: OpenClaw leaves a `.jsonl.deleted.*.zst` archive
+    and the store no longer has the session. Both end it at the next start; a lossless trial saw
+    `conversation_ended` logged twice. Told once, one gap."""
+    import zstandard
+
+    state, data, db, env = setup(tmp_path)
+    state_md(state, STALE)
+    sessions = state / "agents" / AGENT / "sessions"
+    sessions.mkdir(parents=True, exist_ok=True)
+    with OpenClawWriter(db) as writer:
+        sid = writer.create_session(f"agent:{AGENT}:scratch")
+        with running_daemon(state, data, extra_env=env) as daemon:
+            writer.append(sid, msg("Scratch: the kiln fires at 6.", event_id="u1", ts="2026-11-30T08:00:00Z"))
+            daemon.wait_idle()
+        writer.delete_session(sid)
+    archive = [{"type": "session", "version": 3, "id": sid, "timestamp": "2026-11-30T07:59:00.000Z"},
+               msg("Scratch: the kiln fires at 6.", event_id="u1", ts="2026-11-30T08:00:00Z")]
+    body = b"".join(json.dumps(event).encode() + b"\n" for event in archive)
+    name = f"{sid}.jsonl.deleted.2026-11-30T09-00-00.000Z.2a274e2f9d4347fdb38607e9c8a620cd.zst"
+    (sessions / name).write_bytes(zstandard.ZstdCompressor().compress(body))
+    with running_daemon(state, data, extra_env=env) as daemon:
+        wait_for(lambda: gap_events(daemon), what="the gap of the deleted session")
+        daemon.wait_idle()
+        time.sleep(1.0)  # both sources have had their turn
+        ends = [e for e in daemon.events("conversation_ended") if e.get("session") == sid]
+        assert len(ends) == 1, ends
+        assert len(gap_events(daemon)) == 1
 
 
 def test_a_rewritten_session_does_not_hand_its_resets_on_again(tmp_path: Path) -> None:

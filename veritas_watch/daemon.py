@@ -14,8 +14,9 @@ import secrets
 import signal
 import sys
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,7 @@ from veritas_watch.status import daemon_status
 
 log = structlog.get_logger()
 EXIT_BACKFILL_INTERRUPTED = 1  # `backfill` stopped (a signal) before its pass was done
+RECENT_ENDS = 256  # conversation ends remembered to tell each once (two sources can end one session)
 EXIT_DATA_DIR_GONE = 5  # the data dir was removed under the running daemon: a restart builds it again
 CREDENTIAL_FLUSH_INTERVAL = 30.0  # seconds between attempts to write index rows that wait for a workspace
 STARTUP_SCAN_RECHECK = 0.5  # seconds between sweeps while the start-up gap scan waits for the sink to be idle
@@ -365,6 +367,7 @@ class Running:
     backfill_done: bool = False  # the backfill's pass over the history ended (not a stop signal)
     _said_no_agents: bool = False
     data_dir_gone: bool = False  # removed under the running daemon: it stops (EXIT_DATA_DIR_GONE) to be restarted
+    _recent_ends: OrderedDict[tuple[str, str, str | None], None] = field(default_factory=OrderedDict)
 
     async def main_loop(self) -> bool:
         """Run until a stop signal (or the backfill's end), then stop in order: the loop's tasks, the watcher,
@@ -524,7 +527,15 @@ class Running:
         return bool(found)
 
     async def _conversation_ended(self, agent_id: str, end: ConversationEnd) -> None:
-        """Every source's session ends come through here: logged once, handed to gap detection."""
+        """Every source's session ends come through here: logged once, handed to gap detection. A session
+        deleted while the daemon was stopped is ended by its archive and again by the SQLite store: the same
+        end (agent, session, last entry time) is told once (the last RECENT_ENDS remembered)."""
+        key = (agent_id, end.session_id, end.ended_at)
+        if key in self._recent_ends:
+            return
+        self._recent_ends[key] = None
+        while len(self._recent_ends) > RECENT_ENDS:
+            self._recent_ends.popitem(last=False)
         log.info("conversation_ended", agent=agent_id, session=end.session_id, reason=end.reason,
                  transcript=end.transcript, ended_at=end.ended_at)
         await self.gaps.session_ended(agent_id, end)
