@@ -494,3 +494,28 @@ def test_a_when_question_is_answered_by_the_turn_that_says_when(kind: str, tmp_p
         assert order(DEFAULT_RANKING) == ["m3", "m1"]
     finally:
         store.close()
+
+
+def test_held_texts_leave_out_their_memories_a_long_ones_chunks_too(store: Store) -> None:
+    """`exclude`: what the caller holds is left out, compared one-lined; a long message's later chunks are found
+    inside its held text (a short memory must equal one)."""
+    request = MemoryRequest("a", "when is the ferry", limit=5, expand=False)
+    vectors = QueryVectors(unit(1), SparseVector((11, 12), (1.0, 1.0)))
+    def texts(req: MemoryRequest) -> set[object]:
+        return {h.payload["data"] for h in run_search(store, req, vectors)}
+
+    assert "when is the ferry" in texts(request)
+    assert "when is the ferry" not in texts(dataclasses.replace(request, exclude=frozenset({"when is the ferry"})))
+    # inside a longer held text but no chunk of it: a short memory is left out only when it equals one
+    partial = dataclasses.replace(request, exclude=frozenset({"when is the ferry leaving tomorrow"}))
+    assert "when is the ferry" in texts(partial)
+
+
+def test_a_chunk_of_a_held_message_is_held() -> None:
+    from veritas_watch.query import _held, one_line
+
+    message = one_line("The offsite plan. " + "We agreed on the brewery in Leipzig, catering as last year. " * 30)
+    held = frozenset({message})
+    assert _held({"data": message[600:1500], "chunk": 1}, held)
+    assert _held({"data": message[:999], "chunk": 0}, held)  # a first chunk as long as chunks are
+    assert not _held({"data": "We agreed on the brewery", "chunk": 0}, held)  # a short memory is no chunk

@@ -87,10 +87,19 @@ def one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+# A chunk of a long message: not its first, or a first one this long (chunks are up to `embedding.chunk_chars`,
+# 1,000 by default). Only such a memory is looked for inside the held texts; any other must equal one.
+_CHUNK_LIKE_CHARS = 400
+
+
 def _held(payload: dict[str, object], exclude: frozenset[str]) -> bool:
     """The memory is one of the held texts, or a chunk of one (a long message is stored in chunks)."""
     text = one_line(str(payload.get("data") or ""))
-    return bool(text) and (text in exclude or any(len(held) > len(text) and text in held for held in exclude))
+    if not text or text in exclude:
+        return bool(text)
+    if chunk_index(payload) == 0 and len(text) < _CHUNK_LIKE_CHARS:
+        return False
+    return any(len(held) > len(text) and text in held for held in exclude)
 
 
 @dataclass(frozen=True, slots=True)
