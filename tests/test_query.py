@@ -519,3 +519,30 @@ def test_a_chunk_of_a_held_message_is_held() -> None:
     assert _held({"data": message[600:1500], "chunk": 1}, held)
     assert _held({"data": message[:999], "chunk": 0}, held)  # a first chunk as long as chunks are
     assert not _held({"data": "We agreed on the brewery", "chunk": 0}, held)  # a short memory is no chunk
+
+
+def test_the_loop_guard_counts_each_conversation_under_a_ceiling_for_the_agent() -> None:
+    """A trial's agent served several chats and was told to stop searching; counted per conversation, a caller
+    naming a new conversation each time would never be stopped: the agent keeps a ceiling (4x the limits)."""
+    from types import SimpleNamespace
+
+    from aiohttp import web
+
+    from veritas_watch.http.memory import AGENT_CEILING, CEILING_KEY, GUARD_KEY, _guard
+
+    app = {GUARD_KEY: SearchLoopGuard(60.0, 2, 3), CEILING_KEY: SearchLoopGuard(60.0, 0, 3 * AGENT_CEILING)}
+    request: Any = SimpleNamespace(app=app)
+    for _ in range(2):
+        for conversation in ("chat-1", "chat-2", "chat-3"):
+            assert _guard(request, "main", conversation) is None  # two each: none of them loops
+    assert _guard(request, "main", "chat-1") is not None  # the third search of one chat: the hint
+    with pytest.raises(web.HTTPTooManyRequests):
+        _guard(request, "main", "chat-1")  # its fourth: stopped, the other chats not
+    assert _guard(request, "main", "chat-2") is not None
+    searches = 8  # counted by the ceiling so far (the refused one is not)
+    with pytest.raises(web.HTTPTooManyRequests):
+        for n in range(100):  # a new conversation each time
+            _guard(request, "main", f"fresh-{n}")
+            searches += 1
+    assert searches == 3 * AGENT_CEILING
+    assert _guard(request, "other", "chat-1") is None  # another agent: its own counts

@@ -528,8 +528,9 @@ def context_block(hits: Sequence[MemoryHit], max_chars: int) -> str:
 
     Which memories go in is decided by rank (the best first, while they fit in `max_chars`);
     the lines are then put back in time order so a question reads before its answer. A memory that
-    is the turn right after the line before it (its answer) continues that item, indented; any other
-    starts a new `- ` item, so lines of different conversations never read as one exchange.
+    is the turn right after the line before it in its conversation (its answer, or the next message)
+    continues that item, indented; any other starts a new `- ` item, so lines of different
+    conversations never read as one exchange.
     Empty when there is nothing to say (no hit, or the floor held everything back).
     """
     budget = max_chars - len(CONTEXT_HEADER) - 1

@@ -60,6 +60,8 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger()
 GUARD_KEY = web.AppKey("search_loop_guard", SearchLoopGuard)
+CEILING_KEY = web.AppKey("search_loop_ceiling", SearchLoopGuard)  # per agent, when searches name a conversation
+AGENT_CEILING = 4
 ROLES = ("user", "assistant")
 KNOWLEDGE_SESSION = "knowledge"  # the session id of manual memories added without one
 # /memory/add is a note, not a document: its embedding takes its turn on the write path's thread, and a
@@ -175,22 +177,27 @@ async def _search(daemon: Served, request: MemoryRequest) -> list[MemoryHit]:
 
 def _guard(request: web.Request, agent_id: str | None, conversation: str | None) -> str | None:
     """The loop guard's hint for this search, if any; raises 429 past the hard stop. One model looping is
-    one conversation: an agent that serves several counts each on its own."""
+    one conversation: an agent that serves several counts each on its own, under a ceiling for the agent
+    (AGENT_CEILING times the limits: a caller that names a new conversation each time is still stopped)."""
     guard = request.app[GUARD_KEY]
-    counted = agent_id or "*"
-    if conversation:
-        counted += "\x1f" + hashlib.blake2b(conversation.encode(), digest_size=8).hexdigest()
-    verdict, count, retry_after = guard.check(counted, time.monotonic())
+    agent = agent_id or "*"
+    now = time.monotonic()
+    where = hashlib.blake2b(conversation.encode(), digest_size=8).hexdigest() if conversation else None
+    verdict, count, retry_after = guard.check(agent + "\x1f" + where if where else agent, now)
+    if where and verdict != "stop":
+        ceiling, agent_count, agent_retry = request.app[CEILING_KEY].check(agent, now)
+        if ceiling == "stop":
+            verdict, count, retry_after = ceiling, agent_count, agent_retry
     if verdict == "ok":
         return None
     hint = STOP_SEARCHING_HINT.format(count=count, window=guard.window)
     if verdict == "stop":
-        log.warning("search_loop_stopped", agent=agent_id, searches=count, window_s=guard.window)
+        log.warning("search_loop_stopped", agent=agent_id, conversation=where, searches=count, window_s=guard.window)
         seconds = max(1, round(retry_after + 0.5))
         raise web.HTTPTooManyRequests(
             text=json.dumps({"error": "too many searches: stop searching", "hint": hint, "retry_after": seconds}),
             content_type="application/json", headers={"Retry-After": str(seconds)})
-    log.info("search_loop_hint", agent=agent_id, searches=count, window_s=guard.window)
+    log.info("search_loop_hint", agent=agent_id, conversation=where, searches=count, window_s=guard.window)
     return hint
 
 
@@ -398,6 +405,7 @@ async def memory_get(request: web.Request) -> web.Response:
 def add_memory_routes(app: web.Application, config: Config) -> None:
     cfg = config.search
     app[GUARD_KEY] = SearchLoopGuard(cfg.loop_window, cfg.loop_hint_after, cfg.loop_stop_after)
+    app[CEILING_KEY] = SearchLoopGuard(cfg.loop_window, 0, cfg.loop_stop_after * AGENT_CEILING)
     app.router.add_post("/search", search)
     app.router.add_post("/memory/search", memory_search)
     app.router.add_post("/memory/context", memory_context)

@@ -144,7 +144,7 @@ function describe(result, index, indexById) {
 }
 
 /** memory_search's text for the model: the hint first, then each memory with time, role, session and id. */
-export function formatSearch(query, answer) {
+export function formatSearch(query, answer, { heldLeftOut = false } = {}) {
   const results = Array.isArray(answer?.results) ? answer.results : [];
   const out = [];
   if (answer?.hint) out.push(`veritas-watch: ${answer.hint}`);
@@ -154,6 +154,10 @@ export function formatSearch(query, answer) {
     out.push(`No memory found for "${clip(oneLine(query), 200)}": nothing stored matched closely enough ` +
       "(or in the time range asked). If it should be there, search once more with the words the user would " +
       "have used (a name, a place, a date); else answer without it.");
+    // A trial: the fact was told a turn earlier in this conversation, and the sentence above sent the model
+    // searching again for what it already had.
+    if (heldLeftOut) out.push("This conversation's own messages are left out of memory search: what was said " +
+      "in it is above, in your context.");
     return out.join("\n");
   }
   const indexById = new Map(results.map((result, i) => [result.id, i + 1]));

@@ -176,7 +176,7 @@ export function createPlugin({ fetchImpl, reporter = sharedReporter } = {}) {
               reporter.success(logger);
               answer.results = (Array.isArray(answer.results) ? answer.results : []).filter((r) => !isKnown(r, held));
               const results = answer.results;
-              return text(formatSearch(query, answer), {
+              return text(formatSearch(query, answer, { heldLeftOut: exclude.length > 0 }), {
                 count: results.length,
                 results: results.map(detailOf),
                 ...(answer.hint ? { hint: answer.hint } : {}),

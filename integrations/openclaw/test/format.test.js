@@ -96,6 +96,10 @@ test("search results carry time, role, session and id; the loop guard's hint com
   assert.match(out, /\[2\] 2026-03-01 10:02 UTC · assistant · session s-1 · id m2 \(a turn next to \[1\]\)/);
   assert.match(out, /user \(Lena\)/);
   assert.match(formatSearch("nothing", { results: [], count: 0 }), /^No memory found for "nothing"/);
+  assert.ok(!formatSearch("nothing", { results: [] }).includes("left out"));
+  // the conversation's own messages were sent as exclude: the model is told where they are, not to search again
+  assert.match(formatSearch("dentist", { results: [] }, { heldLeftOut: true }),
+    /This conversation's own messages are left out of memory search: what was said in it is above/);
 });
 
 test("memory_get: the memory marked between the turns before and after it, oldest first", () => {
