@@ -51,7 +51,8 @@ class _Hit:
     value: str | None = None  # when the secret is not the span verbatim (a terminal-wrapped value)
 
 
-Extractor = Callable[["Rule", re.Match[str], str], "_Hit | None"]
+# One match is one secret at most, except where a match is a whole structure of them (a table's rows): a list.
+Extractor = Callable[["Rule", re.Match[str], str], "_Hit | list[_Hit] | None"]
 
 
 @dataclass(frozen=True, slots=True)

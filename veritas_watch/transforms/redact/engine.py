@@ -24,6 +24,7 @@ from veritas_watch.transforms.redact.rules import (
     _RULE_ORDER,
     _RULES_OF_KEYWORD,
     RULES,
+    TYPED_PASSWORD_RULES,
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -103,25 +104,20 @@ def detect(text: str) -> list[SecretMatch]:
     for index in sorted(woken):
         rule = RULES[index]
         for m in rule.pattern.finditer(text):
-            hit = rule.extract(rule, m, text)
-            if hit is None or hit.end <= hit.start:
-                continue
-            if blocked and blocked_spans.overlaps(hit.start, hit.end):
-                continue  # our own marker: redacting twice must find nothing new
-            value = hit.value if hit.value is not None else text[hit.start : hit.end]
-            if is_documented_example(value):
-                continue
-            candidates.append(_Candidate(rule, hit.start, hit.end, hit.key_name, hit.service, value))
+            found = rule.extract(rule, m, text)
+            for hit in found if isinstance(found, list) else (found,):
+                if hit is None or hit.end <= hit.start:
+                    continue
+                if blocked and blocked_spans.overlaps(hit.start, hit.end):
+                    continue  # our own marker: redacting twice must find nothing new
+                value = hit.value if hit.value is not None else text[hit.start : hit.end]
+                if is_documented_example(value):
+                    continue
+                candidates.append(_Candidate(rule, hit.start, hit.end, hit.key_name, hit.service, value))
     if not candidates:
         return masked
     matches = _with_repeats(text, _merge(text, candidates), blocked)
     return sorted(masked + matches, key=lambda m: m.start) if masked else matches
-
-
-# A password a person typed (a cue or a command said so) is short and may be a word: where it recurs as a
-# whole word in the same message ("my password is Summer24! and when I type Summer24! ..."), it is the same.
-_PASSWORD_RULES = frozenset({"password_cue", "password_word", "login_pair", "command_password", "mysql_password",
-                             "tool_credential", "password_argument"})
 
 
 def _whole_word(text: str, start: int, end: int) -> bool:
@@ -135,7 +131,8 @@ def _with_repeats(text: str, matches: list[SecretMatch], blocked: list[tuple[int
     seen: set[str] = set()
     for match in matches:
         value = match.value
-        typed = match.rule in _PASSWORD_RULES and len(value) >= 6 and " " not in value
+        # a password a person typed is short and may be a word: hidden where it recurs as a whole word
+        typed = match.rule in TYPED_PASSWORD_RULES and len(value) >= 6 and " " not in value
         if value in seen or (not typed and (len(value) < 10 or shannon_entropy(value) < 3.0 or _is_wordish(value))):
             continue  # each value once; only values that cannot plausibly recur by accident
         seen.add(value)

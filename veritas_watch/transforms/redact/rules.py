@@ -1618,32 +1618,58 @@ def _extract_password_word(rule: Rule, m: re.Match[str], text: str) -> _Hit | No
 # `ConvertTo-SecureString "X" -AsPlainText`, httpie's `-a user:X`, `smbclient -U user%X`, `lftp -u user,X`,
 # `7z -p'X'`), a token as a URL's user (`https://<token>@github.com`), `user:X@host` without a scheme,
 # a Google app password (16 letters, in fours), a BitLocker recovery key, a spaced TOTP setup key.
-_TOOL_CREDENTIAL_RE = (
-    r"(?i:\bidentified[ \t]+by(?:[ \t]+password)?|\b(?:alter|create)[ \t]+(?:user|role|login)\b[^\n;]{0,200}?"
-    r"\bpassword(?:[ \t]*=)?)[ \t]*'(?P<sql>[^'\n]{1,256})'"
-    r"|(?i:\b(?:requirepass|masterauth))[ \t]+(?P<rq>[\"']?)(?P<redis>[^\s\"']{1,256})(?P=rq)"
-    r"|(?i:\b(?:psk|wpa_passphrase|sae_password))[ \t]*=[ \t]*(?P<wq>\"?)(?P<wifi>[^\s\"]{1,128})(?P=wq)"
-    r"|\bWIFI:(?:[^;\n]*;){0,6}?P:(?P<qr>(?:\\.|[^;\\\n]){1,128});"
-    r"|\becho[ \t]+(?P<eq>[\"']?)(?P<echo>[^\s\"'|]{1,256})(?P=eq)[ \t]*\|[ \t]*"
-    r"(?:sudo\b[^\n|]{0,40}?[ \t]-S\b|[^\n|]{0,120}?--password-stdin\b)"
-    r"|\becho[ \t]+(?P<cq>[\"']?)[\w.\-]{1,64}:(?P<chpasswd>[^\s\"'|]{1,256})(?P=cq)[ \t]*\|[ \t]*"
-    r"(?:sudo[ \t]+)?chpasswd\b"
-    r"|\bsqlplus(?:64)?\b[ \t]+(?:-\w+[ \t]+)*[\w$#]{1,64}/(?P<sqlplus>[^\s@/\"']{1,128})(?=@|\s|$)"
-    r"|(?i:ConvertTo-SecureString)[ \t]+(?:-String[ \t]+)?(?P<pq>[\"'])(?P<ps>[^\"'\n]{1,256})(?P=pq)[ \t]+-AsPlainText"
-    r"|\bhttps?(?:[ \t][^\n]{0,120}?)?[ \t](?:-a|--auth)(?:=|[ \t]+)(?P<hq>[\"']?)[^\s:\"']{1,128}:"
-    r"(?P<httpie>[^\s\"']{1,256})(?P=hq)"
-    r"|\bsmbclient\b[^\n]{0,200}?[ \t]-U[ \t]*(?P<sbq>[\"']?)[^\s%\"']{1,128}%(?P<smb>[^\s\"']{1,256})(?P=sbq)"
-    r"|\blftp\b[^\n]{0,200}?[ \t]-u[ \t]*(?P<lq>[\"']?)[^\s,\"']{1,128},(?P<lftp>[^\s\"']{1,256})(?P=lq)"
-    r"|\b7z[a-z]?\b[^\n]{0,200}?[ \t]-p(?P<zq>[\"'])(?P<sevenzip>[^\"'\n]{1,256})(?P=zq)"
-    r"|\bhttps?://(?P<urltoken>[A-Za-z0-9_\-]{12,256})@[A-Za-z0-9.\-]+"
-    r"|(?<![\w/:.@\-])[A-Za-z0-9._\-]{1,64}:(?P<hostpass>[^\s@:/\"'`]{4,128})@(?=\d{1,3}(?:\.\d{1,3}){3}\b)"
-    r"|\b(?:ssh|scp|sftp|rsync|ftp|telnet)[ \t][^\n]{0,200}?(?<![\w/:.@\-])[A-Za-z0-9._\-]{1,64}:"
-    r"(?P<sshpass>[^\s@:/\"'`]{4,128})@"
-    r"|(?i:\bapp[ \-]?(?:specific[ \-])?passwords?\b|应用专用密码)[^\n]{0,30}?"
-    r"(?P<apppass>(?<![a-z])[a-z]{4}(?: [a-z]{4}){3}(?![a-z])|(?<![a-z])[a-z]{16}(?![a-z]))"
-    r"|(?<!\d)(?P<bitlocker>\d{6}(?:-\d{6}){7})(?!\d)"
-    r"|(?i:\b(?:setup|secret|2fa|totp|mfa|otp|authenticator)[ \t]+(?:key|code|seed|secret))[ \t]*[:：]?[ \t]*"
-    r"(?P<totp>(?i:[a-z2-7]{4}(?:[ \t][a-z2-7]{4}){3,9}))(?![a-z2-7])"
+# Each shape is its own small regex behind its own keywords: one alternation of all of them ran on almost every
+# message (its keywords included `-` and `@`) and cost more than any other rule.
+_TOOL_CREDENTIAL_SHAPES: tuple[tuple[str, str, tuple[str, ...]], ...] = (  # (rule name, regex, keywords)
+    ("sql_password",
+     r"(?i:\bidentified[ \t]+by(?:[ \t]+password)?|\b(?:alter|create)[ \t]+(?:user|role|login)\b[^\n;]{0,200}?"
+     r"\bpassword(?:[ \t]*=)?)[ \t]*'(?P<sql>[^'\n]{1,256})'", ("identified", "password")),
+    ("redis_password",
+     r"(?i:\b(?:requirepass|masterauth))[ \t]+(?P<rq>[\"']?)(?P<redis>[^\s\"']{1,256})(?P=rq)",
+     ("requirepass", "masterauth")),
+    ("wifi_psk",
+     r"(?i:\b(?:psk|wpa_passphrase|sae_password))[ \t]*=[ \t]*(?P<wq>\"?)(?P<wifi>[^\s\"]{1,128})(?P=wq)",
+     ("psk", "wpa_passphrase", "sae_password")),
+    ("wifi_qr_password",
+     r"\bWIFI:(?:[^;\n]*;){0,6}?P:(?P<qr>(?:\\.|[^;\\\n]){1,128});", ("wifi:",)),
+    ("stdin_password",
+     r"\becho[ \t]+(?P<eq>[\"']?)(?P<echo>[^\s\"'|]{1,256})(?P=eq)[ \t]*\|[ \t]*"
+     r"(?:sudo\b[^\n|]{0,40}?[ \t]-S\b|[^\n|]{0,120}?--password-stdin\b)", ("echo",)),
+    ("chpasswd_password",
+     r"\becho[ \t]+(?P<cq>[\"']?)[\w.\-]{1,64}:(?P<chpasswd>[^\s\"'|]{1,256})(?P=cq)[ \t]*\|[ \t]*"
+     r"(?:sudo[ \t]+)?chpasswd\b", ("chpasswd",)),
+    ("sqlplus_password",
+     r"\bsqlplus(?:64)?\b[ \t]+(?:-\w+[ \t]+)*[\w$#]{1,64}/(?P<sqlplus>[^\s@/\"']{1,128})(?=@|\s|$)", ("sqlplus",)),
+    ("securestring_password",
+     r"(?i:ConvertTo-SecureString)[ \t]+(?:-String[ \t]+)?(?P<pq>[\"'])(?P<ps>[^\"'\n]{1,256})(?P=pq)"
+     r"[ \t]+-AsPlainText", ("securestring",)),
+    ("httpie_password",
+     r"\bhttps?(?:[ \t][^\n]{0,120}?)?[ \t](?:-a|--auth)(?:=|[ \t]+)(?P<hq>[\"']?)[^\s:\"']{1,128}:"
+     r"(?P<httpie>[^\s\"']{1,256})(?P=hq)", ("-a", "--auth")),
+    ("smbclient_password",
+     r"\bsmbclient\b[^\n]{0,200}?[ \t]-U[ \t]*(?P<sbq>[\"']?)[^\s%\"']{1,128}%(?P<smb>[^\s\"']{1,256})(?P=sbq)",
+     ("smbclient",)),
+    ("lftp_password",
+     r"\blftp\b[^\n]{0,200}?[ \t]-u[ \t]*(?P<lq>[\"']?)[^\s,\"']{1,128},(?P<lftp>[^\s\"']{1,256})(?P=lq)", ("lftp",)),
+    ("sevenzip_password",
+     r"\b7z[a-z]?\b[^\n]{0,200}?[ \t]-p(?P<zq>[\"'])(?P<sevenzip>[^\"'\n]{1,256})(?P=zq)", ("7z",)),
+    ("url_user_token",
+     r"\bhttps?://(?P<urltoken>[A-Za-z0-9_\-]{12,256})@[A-Za-z0-9.\-]+", ("@",)),
+    ("host_password",
+     r"(?<![\w/:.@\-])[A-Za-z0-9._\-]{1,64}:(?P<hostpass>[^\s@:/\"'`]{4,128})@(?=\d{1,3}(?:\.\d{1,3}){3}\b)", ("@",)),
+    ("ssh_host_password",
+     r"\b(?:ssh|scp|sftp|rsync|ftp|telnet)[ \t][^\n]{0,200}?(?<![\w/:.@\-])[A-Za-z0-9._\-]{1,64}:"
+     r"(?P<sshpass>[^\s@:/\"'`]{4,128})@", ("@",)),
+    ("app_password",
+     r"(?i:\bapp[ \-]?(?:specific[ \-])?passwords?\b|应用专用密码)[^\n]{0,30}?"
+     r"(?P<apppass>(?<![a-z])[a-z]{4}(?: [a-z]{4}){3}(?![a-z])|(?<![a-z])[a-z]{16}(?![a-z]))",
+     ("password", "应用专用密码")),
+    ("bitlocker_recovery_key",
+     r"(?<!\d)(?P<bitlocker>\d{6}(?:-\d{6}){7})(?!\d)", ("-",)),
+    ("totp_setup_key",
+     r"(?i:\b(?:setup|secret|2fa|totp|mfa|otp|authenticator)[ \t]+(?:key|code|seed|secret))[ \t]*[:：]?[ \t]*"
+     r"(?P<totp>(?i:[a-z2-7]{4}(?:[ \t][a-z2-7]{4}){3,9}))(?![a-z2-7])",
+     ("setup", "secret", "2fa", "totp", "mfa", "otp", "authenticator")),
 )
 _TOOL_KEY_NAMES = {
     "sql": "IDENTIFIED BY", "redis": "requirepass", "wifi": "psk", "qr": "WIFI P", "echo": "sudo -S / --password-stdin",
@@ -1652,11 +1678,11 @@ _TOOL_KEY_NAMES = {
     "hostpass": "user:password@host", "sshpass": "user:password@host",
     "apppass": "app password", "bitlocker": "BitLocker recovery key", "totp": "TOTP secret",
 }
-# the shapes whose syntax alone makes the value a credential; the others must also look like one
 
 
 def _extract_tool_credential(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
-    group = next(g for g in _TOOL_KEY_NAMES if m.group(g) is not None)
+    found = m.groupdict()
+    group = next(g for g in _TOOL_KEY_NAMES if found.get(g) is not None)
     start, end = m.span(group)
     value = text[start:end]
     if len(value) < 3 or _is_placeholder(value) or _REFERENCE_RE.search(value) or value.startswith("$"):
@@ -1670,9 +1696,14 @@ def _extract_tool_credential(rule: Rule, m: re.Match[str], text: str) -> _Hit | 
     return _Hit(start, end, key_name=_TOOL_KEY_NAMES[group], service=_known_service_near(text, m.start()))
 
 
-# A markdown table with a password (or secret, token) column: each row's cell in it (`| db1 | root | Rt7#mVq92 |`).
-_TABLE_ROW_RE = r"(?m)^[ \t]*\|(?P<row>[^\n]{3,2000})\|[ \t]*\r?$"
-_TABLE_SEPARATOR_RE = re.compile(r"[ \t]*\|?[ \t]*:?-{3,}:?[ \t]*(?:\|[ \t]*:?-{3,}:?[ \t]*)*\|?[ \t]*\r?")
+# A markdown table with a password (or secret) column: each row's cell in it (`| db1 | root | Rt7#mVq92 |`). One
+# match is the whole table (header, separator, its rows), so finding each row's header costs nothing.
+_TABLE_RE = (
+    r"(?m)^(?P<header>[ \t]*\|[^\n]*)\n"
+    r"[ \t]*\|?[ \t]*:?-{3,}:?[ \t]*(?:\|[ \t]*:?-{3,}:?[ \t]*)*\|?[ \t]*\r?\n"  # the separator line
+    r"(?P<rows>(?:[ \t]*\|[^\n]*(?:\n|$))+)"
+)
+_TABLE_ROW_RE = re.compile(r"[ \t]*\|(?P<row>[^\n]{3,2000})\|[ \t]*\r?")
 _SECRET_COLUMN_RE = re.compile(r"(?i)^\W*(?:password|passwd|pass|pwd|pw|secret|密码|密碼|パスワード)\W*$")
 
 
@@ -1686,28 +1717,31 @@ def _cells(row: str) -> list[tuple[int, int]]:
     return spans
 
 
-def _extract_table_cell(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
-    lines = text[:m.start()].split("\n")
-    if len(lines) < 3 or not _TABLE_SEPARATOR_RE.fullmatch(lines[-2]):
-        # not the first data row: walk up over rows of the same table to its separator
-        i = len(lines) - 2
-        while i >= 1 and lines[i].lstrip().startswith("|") and not _TABLE_SEPARATOR_RE.fullmatch(lines[i]):
-            i -= 1
-        if i < 1 or not _TABLE_SEPARATOR_RE.fullmatch(lines[i]):
-            return None
-        header = lines[i - 1]
-    else:
-        header = lines[-3]
-    header = header.strip()
-    if not header.startswith("|") or header.startswith("|-"):
+def _extract_table_cells(rule: Rule, m: re.Match[str], text: str) -> list[_Hit] | None:
+    header = m.group("header").strip()
+    if header.startswith("|-"):
         return None
     names = [c.strip() for c in header.strip("|").split("|")]
     column = next((i for i, name in enumerate(names) if _SECRET_COLUMN_RE.match(name)), None)
-    cells = _cells(m.group("row"))
-    if column is None or column >= len(cells) or len(cells) != len(names):
+    if column is None:
+        return None
+    hits = []
+    at = m.start("rows")
+    for line in m.group("rows").split("\n"):
+        row = _TABLE_ROW_RE.fullmatch(line)
+        if row is not None and (hit := _table_cell(text, at + row.start("row"), row.group("row"), names, column)):
+            hits.append(hit)
+        at += len(line) + 1
+    return hits
+
+
+def _table_cell(text: str, row_start: int, row: str, names: list[str], column: int) -> _Hit | None:
+    """The password column's cell of one row, where it holds a credential."""
+    cells = _cells(row)
+    if column >= len(cells) or len(cells) != len(names):
         return None
     a, b = cells[column]
-    start, end = m.start("row") + a, m.start("row") + b
+    start, end = row_start + a, row_start + b
     value = text[start:end].strip("`")
     start = text.find(value, start, end)
     if len(value) < 4 or _is_placeholder(value) or _REFERENCE_RE.search(value) or " " in value or value[0] in "-$":
@@ -1770,11 +1804,8 @@ _GENERIC_RULES: tuple[Rule, ...] = (
         _extract_token_cue,
         kind="cue",
     ),
-    _g("table_secret_column", _TABLE_ROW_RE, ("|",), _extract_table_cell),
-    _g("tool_credential", _TOOL_CREDENTIAL_RE,
-       ("identified", "password", "requirepass", "masterauth", "psk", "passphrase", "sae_", "wifi:", "echo", "sqlplus",
-        "securestring", "-a", "--auth", "smbclient", "lftp", "7z", "@", "app", "应用专用密码", "-", "setup", "secret",
-        "2fa", "totp", "mfa", "otp", "authenticator"), _extract_tool_credential),
+    _g("table_secret_column", _TABLE_RE, ("|",), _extract_table_cells),
+    *(_g(name, regex, keywords, _extract_tool_credential) for name, regex, keywords in _TOOL_CREDENTIAL_SHAPES),
     _g("password_word", _PASSWORD_WORD_RE, ("pass", "pwd", "pw", "密码", "密碼", "口令", "パスワード", "パスコード",
                                             "暗証番号"), _extract_password_word, kind="cue",
        key_name="password"),
@@ -1882,6 +1913,13 @@ RULES: tuple[Rule, ...] = (
     _K8S_RULES + _KEY_BODY_RULES + _PROVIDER_RULES + _MORE_PROVIDER_RULES + _CONTEXT_RULES + _GENERIC_RULES
 )
 _RULE_ORDER: dict[str, int] = {rule.name: i for i, rule in enumerate(RULES)}
+# Rules whose value a person typed (a cue, a command or a tool's syntax said it is a password): short, maybe a
+# word, and the same where it recurs as a whole word in the message ("my password is Summer24! and when I
+# type Summer24! ...": engine._with_repeats).
+TYPED_PASSWORD_RULES: frozenset[str] = frozenset({
+    "password_cue", "password_word", "login_pair", "command_password", "mysql_password", "password_argument",
+    *(name for name, _, _ in _TOOL_CREDENTIAL_SHAPES),
+})
 _ALL_KEYWORDS: tuple[str, ...] = tuple(sorted({k for r in RULES for k in r.keywords}))
 # The rules (indexes into RULES) each keyword wakes, and those that always run: a text wakes a handful of
 # rules instead of testing every rule's keywords (an id field is redacted too, on every entry).
