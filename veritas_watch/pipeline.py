@@ -144,9 +144,8 @@ def transform_records(records: Sequence[RawRecord], state: SessionState, *, fall
         entry_id = clean_field(line.entry_id, redact_key) if line.entry_id else (
             "h" + hashlib.blake2b(record.data, digest_size=10).hexdigest())
         for member in history_messages(line):
-            member_entry = _member_entry(out, record, line, session_id, entry_id, member, redact_key, keep_values)
-            _add_entry(out, state, dataclasses.replace(member_entry, conversation_start=state.conversation_start),
-                       chunk_chars, chunk_overlap)
+            _add_entry(out, state, _member_entry(out, record, line, session_id, entry_id, member, redact_key,
+                                                 keep_values, state.conversation_start), chunk_chars, chunk_overlap)
         if isinstance(cleaned, Skip):
             out.skipped[cleaned.reason] += 1
             # Tool output and narration are not memory, but a key pasted there must still be captured.
@@ -183,7 +182,8 @@ def member_point_key(member: HistoryMessage, redact_key: bytes) -> str:
 
 
 def _member_entry(out: Transformed, record: RawRecord, line: ParsedLine, session_id: str, entry_id: str,
-                  member: HistoryMessage, redact_key: bytes, keep_values: bool) -> Entry:
+                  member: HistoryMessage, redact_key: bytes, keep_values: bool,
+                  conversation_start: int | None) -> Entry:
     """A group member's message as an entry: redacted exactly like the line's own text."""
     seen_at = member.timestamp or line.timestamp  # without a time of its own: when it was quoted
     text = _scan(out, record, line, session_id, member.text, seen_at, redact_key, keep_values)
@@ -191,7 +191,7 @@ def _member_entry(out: Transformed, record: RawRecord, line: ParsedLine, session
     if speaker is not None:
         speaker = _scan(out, record, line, session_id, speaker, seen_at, redact_key, keep_values)
     return Entry(record.agent_id, session_id, entry_id, "user", text, seen_at, clean_source(record.source, redact_key),
-                 speaker=speaker, point_key=member_point_key(member, redact_key))
+                 speaker=speaker, point_key=member_point_key(member, redact_key), conversation_start=conversation_start)
 
 
 def _scan(out: Transformed, record: RawRecord, line: ParsedLine, session_id: str, text: str, seen_at: str | None,

@@ -3,13 +3,13 @@
 - `POST /memory/search` `{agent_id, query, limit?, mode?, roles?, since?, until?, expand?, exclude?, conversation?}`
   -> `{"results": [...], "count": n}` (+ `"hint"` from the loop guard)
 - `POST /memory/context` `{agent_id, query, limit?, exclude?}` -> `{"context": "<block>", "count": n, "results": [...]}`
+- `POST /memory/add` `{agent_id, text, session_id?, role?, timestamp?, metadata?}` -> the stored ids
+- `POST /memory/get` `{agent_id, id, neighbours?}` -> `{"memory": {...}, "before": [...], "after": [...]}`
+- `POST /search`: the same search, answered as a bare list (the CLI and the selftest), no loop guard.
 
 `exclude`: texts the caller holds already (its conversation); memories that are one of them are left out
 before the relevance floor and the ranking. `conversation`: the caller's conversation (OpenClaw's session
 key); the loop guard counts each conversation of an agent on its own.
-- `POST /memory/add` `{agent_id, text, session_id?, role?, timestamp?, metadata?}` -> the stored ids
-- `POST /memory/get` `{agent_id, id, neighbours?}` -> `{"memory": {...}, "before": [...], "after": [...]}`
-- `POST /search`: the same search, answered as a bare list (the CLI and the selftest), no loop guard.
 
 Every search is filtered by `agent_id`; one without it is refused unless `search.allow_cross_agent`.
 The loop guard counts /memory/search per agent and conversation (`search.loop_*`); /memory/context
@@ -384,10 +384,11 @@ async def memory_get(request: web.Request) -> web.Response:
         if not around or earlier is None or later is None:
             return hit, [], []
         before, after = store.search_batch([earlier, later])
+        earlier_turns = turns(before, hit)
         older = neighbour_query(hit.payload, -1, 2, limit=fetch)
-        if older is not None and len(turns(before, hit)) < around:  # turns stored before `session_order` existed
-            before = store.search_batch([older])[0]
-        return hit, turns(before, hit)[::-1], turns(after, hit)
+        if older is not None and len(earlier_turns) < around:  # turns stored before `session_order` existed
+            earlier_turns = turns(store.search_batch([older])[0], hit)
+        return hit, earlier_turns[::-1], turns(after, hit)
 
     memory = daemon.memory
     store = memory.store
