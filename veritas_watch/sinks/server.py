@@ -48,6 +48,8 @@ def _filter(query: SearchQuery) -> models.Filter | None:
             must.append(models.FieldCondition(key=c.field, match=models.MatchAny(any=c.any_of)))
         elif c.between is not None:
             must.append(models.FieldCondition(key=c.field, range=models.Range(gte=c.between[0], lte=c.between[1])))
+    if query.ids:
+        must.append(models.HasIdCondition(has_id=[str(uuid.UUID(i)) for i in query.ids]))
     return models.Filter(must=must) if must else None
 
 
@@ -157,7 +159,8 @@ class ServerStore:
         if vector is None:
             return None
         return models.QueryRequest(query=vector, using=SPARSE if use_sparse else query.using, filter=flt,
-                                   limit=query.limit, with_payload=True, params=None if use_sparse else _RESCORE)
+                                   limit=query.limit, with_payload=query.with_payload,
+                                   params=None if use_sparse else _RESCORE)
 
     def search(self, query: SearchQuery) -> list[Hit]:
         return self.search_batch([query])[0]

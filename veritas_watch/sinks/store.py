@@ -84,6 +84,8 @@ class SearchQuery:
     # depends on what another agent stored. A server computes IDF over the whole collection.
     agent_idf: bool = True
     using: DenseName = DENSE  # which dense vector `dense` is compared with (dense mode)
+    ids: tuple[str, ...] = ()  # only these points: one list's scores for the candidates other lists found
+    with_payload: bool = True  # False: ids and scores only (hits with an empty payload)
 
 
 def store_meta_for(embedder_name: str, dim: int, sparse_scheme: str, dense_scheme: str,

@@ -93,10 +93,11 @@ def normalise(text: str) -> str:
 def cjk_fraction(text: str) -> float:
     """Share of the letters and digits of `text` that are CJK (0.0 for text without any)."""
     folded = normalise(text)
-    cjk = sum(len(run.group()) for run in _CJK_RUN.finditer(folded))
-    other = sum(len(match.group()) for match in _WORD.finditer(_CJK_RUN.sub(" ", folded)))
-    total = cjk + other
-    return cjk / total if total else 0.0
+    cjk = sum(map(len, _CJK_RUN.findall(folded)))
+    if not cjk:
+        return 0.0  # most texts: no word to count (a search asks this of every candidate)
+    other = sum(map(len, _WORD.findall(_CJK_RUN.sub(" ", folded))))
+    return cjk / (cjk + other)
 
 
 def _cjk_grams(run: str, mode: CjkGrams) -> Iterator[str]:
