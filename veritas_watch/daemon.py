@@ -145,7 +145,7 @@ def open_runtime(config: Config, commit: CommitBatch, wrap_store: StoreWrapper |
                 upkeep=Upkeep(flush_interval=config.store.flush_interval, flush_points=config.store.flush_points,
                               segment_points=config.store.segment_points,
                               memory_budget_mb=config.store.memory_budget_mb),
-                model_dir=models_dir(config))
+                model_dir=models_dir(config), read_cap=config.watch.read_chunk_bytes)
     cursors = CursorStore(data_dir / "cursors.sqlite")
     tailer = JsonlTailer(config.state_dir, cursors.load_files(), max_line_bytes=config.watch.max_line_bytes,
                          read_chunk_bytes=config.watch.read_chunk_bytes, problems=problems, checkpoints=cursors)
@@ -558,7 +558,7 @@ class Running:
         rt = self.rt
         busy = False
         while True:
-            poll = await asyncio.to_thread(rt.sqlite.poll, agent.sqlite, agent.agent_id)
+            poll = await asyncio.to_thread(rt.sqlite.poll, agent.sqlite, agent.agent_id, rt.sink.read_budget.bytes)
             if poll is None or not poll.batches:
                 break
             busy = True
@@ -596,7 +596,7 @@ class Running:
 
     def _read_and_transform(self, tracked: TrackedFile) -> Work | None:
         rt = self.rt
-        unit = rt.tailer.read(tracked)
+        unit = rt.tailer.read(tracked, rt.sink.read_budget.bytes)
         if unit is None:
             return None
         cursor = unit.cursor_after  # also the tailer's read-ahead state: the session facts carry on

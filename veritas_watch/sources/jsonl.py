@@ -369,19 +369,21 @@ class JsonlTailer:
 
     # -- reading -------------------------------------------------------------------------------
 
-    def read(self, tracked: TrackedFile) -> ReadUnit | None:
-        """The next complete lines after `tracked.read`, advancing the read-ahead cursor."""
+    def read(self, tracked: TrackedFile, max_bytes: int | None = None) -> ReadUnit | None:
+        """The next complete lines after `tracked.read` (up to `max_bytes`, at most `read_chunk_bytes`, at least
+        one line), advancing the read-ahead cursor."""
         fd = tracked.fd
         if fd is None:
             return None
         start = tracked.read.offset
-        data = os.pread(fd, self.read_chunk_bytes, start)
+        size = self.read_chunk_bytes if max_bytes is None else max(4096, min(max_bytes, self.read_chunk_bytes))
+        data = os.pread(fd, size, start)
         if not data:
             return None
         if start > 0 and (reason := self._changed(fd, tracked.read, start)) is not None:
             # Rewritten between the sweep's check and this read: these bytes do not follow ours.
             self._restart(tracked, reason, start + len(data))
-            return self.read(tracked)
+            return self.read(tracked, max_bytes)
         too_long: list[SourceRef] = []
         cursor = tracked.read.copy()
         end = data.rfind(b"\n")

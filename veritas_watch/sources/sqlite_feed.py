@@ -27,6 +27,7 @@ from veritas_watch.model import ConversationEnd, SessionState
 from veritas_watch.sinks.store import Store
 from veritas_watch.sources.cursors import CursorStore, SqliteCursor
 from veritas_watch.sources.sqlite import (
+    DEFAULT_MAX_BYTES,
     SessionBatch,
     SqlitePoll,
     SqliteSourceError,
@@ -77,8 +78,9 @@ class SqliteFeed:
         self.health: dict[str, SourceHealth] = {}
         self._agents: dict[str, str] = {}  # db -> agent id
 
-    def poll(self, path: Path, agent_id: str) -> SqlitePoll | None:
-        """One poll of one database (worker thread). Errors are logged once and retried with backoff."""
+    def poll(self, path: Path, agent_id: str, max_bytes: int = DEFAULT_MAX_BYTES) -> SqlitePoll | None:
+        """One poll of one database, up to `max_bytes` of events (worker thread). Errors are logged once and
+        retried with backoff."""
         db = str(path)
         health = self.health.setdefault(db, SourceHealth())
         if time.monotonic() < health.next_try:
@@ -93,7 +95,7 @@ class SqliteFeed:
         cursors = {sid: state.position for sid, state in self.states[db].items()
                    if not state.vanished and state.position is not None}
         try:
-            result = reader.poll(cursors)
+            result = reader.poll(cursors, max_bytes=max_bytes)
         except SqliteSourceError as exc:
             if health.error != exc.reason:
                 # A database never read yet and without tables is OpenClaw creating it: worth a note, not a warning.
