@@ -126,6 +126,11 @@ GENERIC_TRUE: list[tuple[str, str, str, str | None, str | None]] = [
         None,
     ),
     ("Authorization: Basic YWRtaW46czNjcjN0UGFzcw==", "YWRtaW46czNjcjN0UGFzcw==", "authorization_header", None, None),
+    # Docker's config.json, and the same JSON escaped inside a GitLab runner's DOCKER_AUTH_CONFIG: ci-bot:Hq7#xV2pL9
+    ('{"auths": {"registry.example.com": {"auth": "Y2ktYm90OkhxNyN4VjJwTDk="}}}', "Y2ktYm90OkhxNyN4VjJwTDk=",
+     "docker_config_auth", "auth", None),
+    ('DOCKER_AUTH_CONFIG={\\"auths\\":{\\"r.example\\":{\\"auth\\":\\"Y2ktYm90OkhxNyN4VjJwTDk=\\"}}}',
+     "Y2ktYm90OkhxNyN4VjJwTDk=", "docker_config_auth", "auth", None),
     ("use bearer Xk29Lm4Np8Qr1St5Uv7W to call it", "Xk29Lm4Np8Qr1St5Uv7W", "bearer_token", None, None),
     (
         "postgres://admin:S3cr3tPass@db.example.com:5432/app",
@@ -193,6 +198,7 @@ GENERIC_TRUE: list[tuple[str, str, str, str | None, str | None]] = [
 ]
 
 GENERIC_FALSE = [
+    '{"auth": "dXNlcjpwYXNzd29yZA=="}',  # Docker's documented example: user:password
     "password is required",
     'conn = f"Server={host};Uid={user};Pwd={password};"',
     'dsn = f"Pwd={self.db_password};Encrypt=yes"',

@@ -231,15 +231,20 @@ def _extract_cli_flag(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
     return _Hit(start, end, key_name="--" + flag, service=_service_before(text, m.start()))
 
 
+def _base64_text(value: str) -> str:
+    """`value` decoded as base64 text, or "" if it is not."""
+    try:
+        return base64.b64decode(value + "=" * (-len(value) % 4), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        return ""
+
+
 def _extract_auth_header(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
     start, end = m.span("secret")
     value = text[start:end]
     scheme = (m.group("scheme") or "").lower()
     if scheme == "basic":
-        try:
-            decoded = base64.b64decode(value + "=" * (-len(value) % 4), validate=True).decode("utf-8")
-        except (binascii.Error, UnicodeDecodeError, ValueError):
-            decoded = ""
+        decoded = _base64_text(value)
         if ":" not in decoded and not _plausible(value, "token"):
             return None
         if len(value) < 8 or _is_placeholder(value):
@@ -247,6 +252,15 @@ def _extract_auth_header(rule: Rule, m: re.Match[str], text: str) -> _Hit | None
     elif not _plausible(value, "token"):
         return None
     return _Hit(start, end, key_name="Authorization", service=_known_service_near(text, m.start()))
+
+
+def _extract_basic_auth(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
+    """A Docker config's `"auth": "<base64 of user:password>"`: a credential when it decodes to one."""
+    start, end = m.span("secret")
+    user, colon, password = _base64_text(text[start:end]).partition(":")
+    if not colon or not user or len(password) < 3 or not password.isprintable() or _is_placeholder(password):
+        return None
+    return _Hit(start, end, key_name="auth", service=_known_service_near(text, m.start()))
 
 
 def _extract_url_credentials(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:

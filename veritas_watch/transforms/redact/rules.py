@@ -29,6 +29,7 @@ from veritas_watch.transforms.redact.base import (
 from veritas_watch.transforms.redact.extract import (
     _extract_assignment,
     _extract_auth_header,
+    _extract_basic_auth,
     _extract_cli_flag,
     _extract_context,
     _extract_curl_user,
@@ -1044,6 +1045,10 @@ _AUTH_HEADER_RE = (
     r"(?:(?P<scheme>bearer|token|bot|basic|digest|apikey|sso-key|api-token)\s+)?(?P<secret>[A-Za-z0-9._~+/=:@\-]{8,4096})"
 )
 _BEARER_RE = r"(?i)(?<![A-Za-z0-9_\-])(?P<scheme>bearer)\s+(?P<secret>[A-Za-z0-9._~+/\-]{16,4096}=*)"
+# Docker's config.json (`"auths": {"registry": {"auth": "<base64 of user:password>"}}`), also JSON-escaped inside
+# a string (a GitLab runner's DOCKER_AUTH_CONFIG)
+_DOCKER_AUTH_RE = (r"(?<![A-Za-z0-9_\-])\\?[\"']auth\\?[\"']\s*:\s*\\?[\"']"
+                   r"(?P<secret>[A-Za-z0-9+/]{8,4096}={0,2})\\?[\"']")
 # `scheme://user:password@host`, and Go's MySQL DSN `user:password@tcp(host:3306)/db` (no scheme). The
 # password is taken as people paste it, unencoded: `#`, `?`, `'`, `@` and `/` inside (the last `@` before
 # the host ends it); the host may be an IPv6 literal (`@[::1]`).
@@ -1773,6 +1778,7 @@ _GENERIC_RULES: tuple[Rule, ...] = (
     ),
     _g("authorization_header", _AUTH_HEADER_RE, ("authorization",), _extract_auth_header),
     _g("bearer_token", _BEARER_RE, ("bearer",), _extract_auth_header),
+    _g("docker_config_auth", _DOCKER_AUTH_RE, ("auth",), _extract_basic_auth),
     _g("url_credentials", _URL_CREDENTIALS_RE, ("://",), _extract_url_credentials),
     _g("dsn_credentials", _DSN_CREDENTIALS_RE, ("@tcp(", "@unix("), _extract_url_credentials),
     _g("curl_user_password", _CURL_USER_RE, ("-u", "--user"), _extract_curl_user),
