@@ -126,6 +126,9 @@ GENERIC_TRUE: list[tuple[str, str, str, str | None, str | None]] = [
         None,
     ),
     ("Authorization: Basic YWRtaW46czNjcjN0UGFzcw==", "YWRtaW46czNjcjN0UGFzcw==", "authorization_header", None, None),
+    # a password a person chose, under a key's name: wordish, yet a secret
+    ("apikey = Marlboro4736@", "Marlboro4736@", "env_assignment", None, None),
+    ("private_key := dragon9053!", "dragon9053!", "env_assignment", None, None),
     # Docker's config.json, and the same JSON escaped inside a GitLab runner's DOCKER_AUTH_CONFIG: ci-bot:Hq7#xV2pL9
     ('{"auths": {"registry.example.com": {"auth": "Y2ktYm90OkhxNyN4VjJwTDk="}}}', "Y2ktYm90OkhxNyN4VjJwTDk=",
      "docker_config_auth", "auth", None),
@@ -199,6 +202,8 @@ GENERIC_TRUE: list[tuple[str, str, str, str | None, str | None]] = [
 
 GENERIC_FALSE = [
     '{"auth": "dXNlcjpwYXNzd29yZA=="}',  # Docker's documented example: user:password
+    "api_key = abc12!",  # too short for a chosen password under a key's name
+    "I scored 2024! on the key test",
     "password is required",
     'conn = f"Server={host};Uid={user};Pwd={password};"',
     'dsn = f"Pwd={self.db_password};Encrypt=yes"',

@@ -134,6 +134,8 @@ def _is_wordish(value: str) -> bool:
 
 
 _WORDLIKE_RE = re.compile(r"[A-Za-z]+(?:[-_' .][A-Za-z]+)*")
+# The commonest shape of a password a person chose: a word, digits, then a mark or two (`Marlboro4736@`, `dragon9053!`)
+_CHOSEN_PASSWORD_RE = re.compile(r"[A-Za-z]{4,}\d{2,}[!@#$%^&*?~+=]{1,3}")
 _IDENT_PATH_RE = re.compile(r"[A-Za-z_$][\w$]*(?:(?:\.|::|->|\?\.)[A-Za-z_$][\w$]*)+(?:\(\)|\[\d+\])?")
 _CALL_RE = re.compile(r"[A-Za-z_$][\w$.]*\(")
 # `$password`, `@Value("…")`, `%APPDATA%`, `$this->pw`, `@scope/pkg`: a name after a sigil, then nothing or
@@ -522,6 +524,8 @@ def _plausible(value: str, strength: Strength, *, quoted: bool = False) -> bool:
         or (_B64_PADDED_RE.fullmatch(value) and n % 4 == 0 and not value.islower() and not value.isupper())
     ):
         return False
+    if strength != "weak" and _CHOSEN_PASSWORD_RE.fullmatch(value):
+        return True  # a person's password under a key's name (`apikey = Marlboro4736@`): wordish, yet a secret
     if _is_wordish(value):
         return False
     # a random hex string draws on 16 symbols, so it scores lower than base62 of the same length
