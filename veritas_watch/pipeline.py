@@ -520,11 +520,11 @@ class Sink:
         started = time.perf_counter()
         fresh = await self.in_store_thread(lambda: self._not_yet_stored(chunks))
         self.stats.unchanged += len(chunks) - len(fresh)
-        for part in self._parts(fresh):
+        for part, part_chars in self._parts(fresh):
             part_started = time.perf_counter()
             points = await self.in_embed_thread(lambda part=part: self.to_points(part))  # type: ignore[misc]
             await self.in_store_thread(lambda points=points: self.store.upsert(points))  # type: ignore[misc]
-            self.read_budget.observe(embedded_chars(part), time.perf_counter() - part_started)
+            self.read_budget.observe(part_chars, time.perf_counter() - part_started)
             self._dirty_points += len(points)
             self._since_optimize += len(points)
             self._last_write = time.monotonic()
@@ -540,20 +540,21 @@ class Sink:
         if self._on_store_latency is not None:
             self._on_store_latency(elapsed)
 
-    def _parts(self, chunks: list[Chunk]) -> Iterator[list[Chunk]]:
-        """`chunks` in embed calls of at most `batch_size` chunks and about one read budget of text each (a unit
-        read whole, an archive, is stored in steps a restart does not redo: the store keeps what was upserted)."""
+    def _parts(self, chunks: list[Chunk]) -> Iterator[tuple[list[Chunk], int]]:
+        """`chunks` in embed calls of at most `batch_size` chunks and about one read budget of text each, with the
+        characters each embeds (a unit read whole, an archive, is stored in steps a restart does not redo: the
+        store keeps what was upserted)."""
         part: list[Chunk] = []
         chars = 0
         for chunk in chunks:
             size = embedded_chars((chunk,))
             if part and (len(part) >= self._batch_size or chars + size > self.read_budget.bytes):
-                yield part
+                yield part, chars
                 part, chars = [], 0
             part.append(chunk)
             chars += size
         if part:
-            yield part
+            yield part, chars
 
     def _durable_due(self, idle: bool) -> bool:
         """Whether the units stored so far should be made durable (and their cursors committed) now."""

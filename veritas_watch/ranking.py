@@ -252,7 +252,7 @@ def fuse_with_cross_language(
     def xling_weight(key: K) -> float:
         return across if crosses_language(query_cjk, cjk_of(key)) else config.xling_same_weight
 
-    return score_fuse_by([dense, sparse, xling], [lambda _: 1.0, lambda _: sparse_weight, xling_weight],
+    return score_fuse_by([dense, sparse, xling], [_constant(1.0), _constant(sparse_weight), xling_weight],
                          _scales(config))
 
 
