@@ -113,7 +113,8 @@ def code_as_chat() -> dict[str, list[tuple[str, int, str]]]:
     if packages is not None:
         names = ("httpx", "aiohttp", "click", "h11", "anyio", "loguru", "huggingface_hub", "_pytest", "fsspec", "yaml")
         files = [f for name in names for f in sorted((packages / name).rglob("*.py"))]
-        files += sorted(packages.glob("*.dist-info/METADATA"))
+        # (not this project's own: its METADATA is the README, counted above)
+        files += sorted(p for p in packages.glob("*.dist-info/METADATA") if not p.parent.name.startswith("veritas"))
         sets["installed packages' sources"] = file_paragraphs(files, packages)
     docs = OpenClawInstall(install_prefix()).package / "docs"
     if docs.is_dir():  # `bin/test` installs OpenClaw; its docs are configuration examples users paste

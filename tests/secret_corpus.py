@@ -144,6 +144,30 @@ def _basic_auth(rng: random.Random) -> str:
     return base64.b64encode(f"{user}:{_url_password(rng)}".encode()).decode()
 
 
+def _seed_phrase(rng: random.Random) -> str:
+    """A wallet's recovery phrase as its wallet shows it: BIP-39, 12 or 24 words, mostly English."""
+    from mnemonic import Mnemonic
+
+    language = rng.choice(["english"] * 5 + ["spanish", "french", "japanese", "chinese_simplified", "korean"])
+    return str(Mnemonic(language).to_mnemonic(bytes(rng.randrange(256) for _ in range(rng.choice((16, 16, 32))))))
+
+
+def _card_number(rng: random.Random) -> str:
+    """A card number with a network's prefix, its length and a valid check digit, grouped as printed."""
+    prefix, length = rng.choice([("4", 16), ("51", 16), ("55", 16), ("2221", 16), ("37", 15), ("6011", 16),
+                                 ("3530", 16), ("62", 16)])
+    body = prefix + rand(rng, string.digits, length - len(prefix) - 1)
+    total = sum(d - 9 if d > 9 else d for d in (int(c) * (2 if i % 2 == 0 else 1) for i, c in enumerate(body[::-1])))
+    digits = body + str(-total % 10)
+    sep = rng.choice(" -")
+    groups = (4, 6, 5) if length == 15 else (4, 4, 4, 4)
+    out, at = [], 0
+    for size in groups:
+        out.append(digits[at : at + size])
+        at += size
+    return sep.join(out)
+
+
 def _k(
     rule: str, service: str, env: str, make: Callable[[random.Random], str], prefix: str = "", **kw: object
 ) -> SecretKind:
@@ -890,6 +914,9 @@ KINDS: tuple[SecretKind, ...] = (
        "oauth:", url_safe=False),
     _k("buildkite_token", "Buildkite", "BUILDKITE_API_TOKEN", lambda r: "bkua_" + rand_mixed(r, HEX, 40), "bkua_"),
     _k("langfuse_secret_key", "Langfuse", "LANGFUSE_SECRET_KEY", lambda r: "sk-lf-" + _uuid(r), "sk-lf-"),
+    # secrets a person holds: a wallet's seed phrase (its checksum holds), a card number as printed
+    _k("seed_phrase", "MetaMask", "WALLET_MNEMONIC", _seed_phrase, url_safe=False),
+    _k("payment_card", "Visa", "CARD_NUMBER", _card_number, url_safe=False),
     # generic chat forms: no known format, found through a name or a cue
     _k("token_cue", "TokenMall", "TOKENMALL_API_KEY", _opaque, provider=False),
     _k("password_cue", "GitLab", "DB_PASSWORD", _password, provider=False, password=True, url_safe=False),

@@ -634,3 +634,14 @@ _DISCORD_ID = str(_ID_RNG.randrange(10**17, 10**18))
 )
 def test_prose_detectors_leave_ids_slugs_and_urls(text: str) -> None:
     assert detect(text) == [], [(m.rule, text[m.start : m.end]) for m in detect(text)]
+
+
+def test_a_connection_strings_first_field_after_a_cue_is_no_secret() -> None:
+    """Found by test_planted_secrets_never_leak: `key 是=DefaultEndpointsProtocol=https;…` took the first field as
+    a token, and its repeat without the `=` stayed in the text (a value hidden in one place, shown in another)."""
+    account_key = "X1fH+ZM9TBrKrmGsNmjQ8mT3OA94HhblZa/QFPiyCEs5lkO+nMLpQAK4lXOELxyxeH8ilqtekYJEB1J5/TkPo+=="
+    conn = (f"DefaultEndpointsProtocol=https;AccountName=prodfiles;AccountKey={account_key};"
+            "EndpointSuffix=core.windows.net")
+    for text in (f"key 是={conn} ok {conn} ", f"key: {conn}"):
+        assert {m.value for m in detect(text)} == {account_key}, [(m.rule, m.value) for m in detect(text)]
+        assert account_key[:12] not in redact.redact(text, KEY).text

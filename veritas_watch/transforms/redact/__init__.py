@@ -1,7 +1,8 @@
 """Find credentials in chat text and replace them with markers. Pure: no I/O, no clock, no state.
 
 The package: `base` (types, value checks), `names` (secret-like names, services), `extract` (the
-rules' extractors), `rules` (the rule table), `masks` (OpenClaw's own masks), `engine` (detect,
+rules' extractors), `rules` (the rule table), `personal` (secrets a person holds: seed phrases, cards,
+PINs, recovery codes; rules and extractors together), `masks` (OpenClaw's own masks), `engine` (detect,
 merge, redact). Everything callers use is importable from here.
 
 `detect` runs every rule whose keywords occur in the text (a gitleaks-style prefilter), keeps the

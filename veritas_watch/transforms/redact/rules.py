@@ -7,9 +7,11 @@ import binascii
 import re
 
 from veritas_watch.transforms.redact.base import (
+    _CUE_SEP,
     _DATE_RE,
     _PATH_RE,
     _REFERENCE_RE,
+    _TARGET,
     _UUID_RE,
     Extractor,
     Rule,
@@ -40,6 +42,7 @@ from veritas_watch.transforms.redact.extract import (
     _trim,
 )
 from veritas_watch.transforms.redact.names import _known_service_near, _service_before, is_secret_name
+from veritas_watch.transforms.redact.personal import PERSONAL_RULES
 
 # ---------------------------------------------------------------------------------------------
 # Rule table
@@ -1067,16 +1070,7 @@ _CURL_USER_RE = (
     r"(?P<user>[^\s:\"']{1,128}):(?P<pass>'[^'\n]{1,256}'|\"[^\"\n]{1,256}\"|[^\s\"']{1,256}))"  # user:pass
 )
 
-# "password is", "密钥是", "key:", "令牌记下来：" (a few CJK words may sit between cue and colon)
-# (Japanese: `パスワードは X です`, the topic particle as the separator; kana may sit between cue and colon.)
-_CUE_SEP = (
-    r"(?P<sep>(?:[\u3040-\u30ff\u4e00-\u9fff]{1,6}?)?"
-    r"(?:\s+(?:is|was|are|would\s+be|will\s+be|should\s+be|set\s+to|changed\s+to|to)\b\s*[:：]?|"
-    r"\s*(?:是|为|為|は)\s*[:：]?|\s*(?:\*\*?|__?)?[:：=＝](?:(?:\*\*?|__?)(?=\s))?|\s*=>|\s*->|[ \t]+-[ \t]|'s\b))"
-    r"[ \t\u3000]*(?:\r?\n[ \t]*)?"
-)
 _CUE_VALUE = r"(?P<q>[`\"'“‘「『(]?)(?P<value>[!-~]{1,2048})"
-_TARGET = r"(?:\s+(?:for|of|to|on)\s+(?P<target>[^\n:=,;。，：]{1,40}?))?"
 
 _PASSWORD_CUE_RE = (
     r"(?i)(?P<cue>(?<![A-Za-z0-9_\-])(?:pass(?:word|wd|phrase|code)s?|pass(?=[ \t]*[:：=])|pwd|pw|pin\s?code)|"
@@ -1916,7 +1910,8 @@ _KEY_BODY_RULES: tuple[Rule, ...] = (
 )
 
 RULES: tuple[Rule, ...] = (
-    _K8S_RULES + _KEY_BODY_RULES + _PROVIDER_RULES + _MORE_PROVIDER_RULES + _CONTEXT_RULES + _GENERIC_RULES
+    _K8S_RULES + _KEY_BODY_RULES + _PROVIDER_RULES + _MORE_PROVIDER_RULES + _CONTEXT_RULES + PERSONAL_RULES
+    + _GENERIC_RULES
 )
 _RULE_ORDER: dict[str, int] = {rule.name: i for i, rule in enumerate(RULES)}
 # Rules whose value a person typed (a cue, a command or a tool's syntax said it is a password): short, maybe a
