@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import structlog
+from hypothesis import settings
 
 from tests.backends import BACKENDS, open_backend
 from veritas_watch.sinks.store import Store
+
+# CI draws the same property-test examples on every run (`CI=1`, .ci/run): a failure there is this commit's, not
+# an example first drawn that day. Local runs draw new ones (`--hypothesis-seed=N` repeats one); what they find
+# is fixed and kept as a plain test (test_redact.py's connection-string and seed-phrase cases came that way).
+settings.register_profile("ci", derandomize=True, database=None)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -43,7 +43,11 @@ OPENAI_KEY = "sk-proj-Q7vX2mN9pL4kR8sT1wY6zA3bC5dE0fG2hJ4kL6mN8pQ1rS3tU5vW7xY9zH
 GITHUB_TOKEN = "ghp_Tj8kL2mN4pQ6rS8tU0vW2xY4zA6bC8dQjwR"
 DB_PASSWORD = "Vq8rT2yW6nK4mZ9x"
 AWS_SECRET = "wJalrXUtnFEMI7K7MDENGbPxRfiCYzQ4mT9vB2nL"
-SECRETS = (OPENAI_KEY, GITHUB_TOKEN, DB_PASSWORD, AWS_SECRET)
+# and secrets a person holds, which OpenClaw does not mask: a wallet's seed phrase (BIP-39, its checksum holds) and
+# a card number (Luhn-valid, not a published test card)
+SEED_PHRASE = "moon inside ask convince notable champion wait disease right oak method innocent"
+CARD_NUMBER = "4539 1488 0343 6467"
+SECRETS = (OPENAI_KEY, GITHUB_TOKEN, DB_PASSWORD, AWS_SECRET, SEED_PHRASE, CARD_NUMBER)
 
 STALE_STATE = "# STATE\n\nLast sync: 2020-01-01T00:00:00Z\n"
 
@@ -193,8 +197,12 @@ def drive(w: World) -> None:
     gw.model.plan("staging box", Plan(reply="Got it, the staging AWS secret is noted."))
     gw.agent("ops", f"The staging box uses export AWS_SECRET_ACCESS_KEY={AWS_SECRET} for backups.")
     w.expected["ops"].append("Got it, the staging AWS secret is noted.")
-    w.with_secret["ops"] = ["staging box"]
-    w.credentials["ops"] = 1
+    gw.model.plan("cold wallet", Plan(reply="Noted the wallet and the card for the hosting bill."))
+    gw.agent("ops", f"For the cold wallet the seed phrase is {SEED_PHRASE}. The hosting bill goes on card "
+                    f"{CARD_NUMBER}.")
+    w.expected["ops"].append("Noted the wallet and the card for the hosting bill.")
+    w.with_secret["ops"] = ["staging box", "cold wallet"]
+    w.credentials["ops"] = 3
     w.settle()
     time.sleep(1.1)
     (gw.workspace("ops") / "STATE.md").write_text(fresh_state())
@@ -343,7 +351,10 @@ def test_credentials_index_in_the_real_workspace_one_row_per_credential(world: W
     assert index.is_file(), f"no index in {index.parent}"
     rows = index_rows(index)
     assert len(rows) == world.credentials[agent], rows
-    assert all("masked" in row for row in rows), rows
+    # OpenClaw masked every key it was given; what a person holds it passes on as typed
+    personal = [row for row in rows if "| SEED_PHRASE |" in row or "| CARD_NUMBER |" in row]
+    assert len(personal) == (2 if agent == "ops" else 0), rows
+    assert all("masked" in row for row in rows if row not in personal), rows
     assert oct(index.stat().st_mode & 0o777) == "0o600"
 
 

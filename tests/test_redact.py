@@ -642,6 +642,13 @@ def test_a_connection_strings_first_field_after_a_cue_is_no_secret() -> None:
     account_key = "X1fH+ZM9TBrKrmGsNmjQ8mT3OA94HhblZa/QFPiyCEs5lkO+nMLpQAK4lXOELxyxeH8ilqtekYJEB1J5/TkPo+=="
     conn = (f"DefaultEndpointsProtocol=https;AccountName=prodfiles;AccountKey={account_key};"
             "EndpointSuffix=core.windows.net")
-    for text in (f"key 是={conn} ok {conn} ", f"key: {conn}"):
+    for text in (f"key 是={conn} ok {conn} ", f"key: {conn}", f"密钥： `{conn} ok {conn} "):
         assert {m.value for m in detect(text)} == {account_key}, [(m.rule, m.value) for m in detect(text)]
         assert account_key[:12] not in redact.redact(text, KEY).text
+
+
+def test_a_stripe_webhook_secret_ends_where_base64_does() -> None:
+    """Found by test_planted_secrets_never_leak: `=` inside the key's class took `=ok=Authorization` with it."""
+    text = "whsec_2yW4Acq9GFz6Y1t9EwL56nGisiWgNZq6=ok=Authorization: Authorization: "
+    key = "whsec_2yW4Acq9GFz6Y1t9EwL56nGisiWgNZq6"
+    assert [(m.rule, m.value) for m in detect(text)] == [("stripe_webhook_secret", key)]

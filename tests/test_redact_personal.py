@@ -82,6 +82,23 @@ def test_a_cue_takes_a_phrase_whose_checksum_does_not_hold_and_none_without_it()
     assert found(f"ok {broken} ok") == []  # twelve list words and no wallet word: the checksum decides
 
 
+def test_a_phrase_between_other_list_words_is_found_by_its_checksum() -> None:
+    """Found by test_planted_secrets_never_leak: an age key after the phrase, `AGE-SECRET-KEY-…`, adds three list
+    words (`age`, `secret`, `key`) to the run."""
+    words = phrase("english", seed=13, strength=256)
+    for text in (f"{words} AGE-SECRET-KEY-1C6ZSLEN7KDGJGXSFNXY47XKM5D7USRQ9EQL405YVW0FU995LXNJ84DJU9C",
+                 f"oh and also about that: {words} later today", f"ok ok，{words} "):
+        assert [value for rule, value in found(text) if rule == "seed_phrase"] == [words], found(text)
+
+
+def test_two_phrases_in_a_row_are_two_phrases() -> None:
+    """Found by test_planted_secrets_never_leak: 24 list words from two phrases, where a 15-word stretch across
+    both passed its checksum by chance and, taken first, left the ends of both phrases in the text."""
+    first = "ripple chicken seminar outer day erode material capable net vehicle reunion position"
+    second = "collect enroll enforce juice chef frame urge nuclear inmate help plug route"
+    assert [value for _, value in found(f"{first} {second} ")] == [first, second]
+
+
 def test_a_cue_word_that_is_a_list_word_is_not_part_of_the_phrase() -> None:
     words = phrase("english", seed=9)
     text = f"seed phrase {words}"

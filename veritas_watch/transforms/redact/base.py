@@ -319,8 +319,9 @@ def _backtick_markup(value: str) -> bool:
 def _word_setting(value: str) -> bool:
     """`ok=Authorization`, `mode:Basic`, `required=Authorization`, `=DefaultEndpointsProtocol=https` (a connection
     string's first field after `key 是`): a name set to a word or a protocol, not a password with a symbol in it."""
-    # (after a separator typed twice, `=Name=`, the name is letters only: `=z91on5-n_q8…=aaj` is a key)
-    setting = re.fullmatch(r"(?:[A-Za-z_][\w.\-]*|[=:]+[A-Za-z_.]+)[=:]+([A-Za-z][A-Za-z\-]*)", value)
+    # (after a separator typed twice or an opening quote, `=Name=`, `` `Name= ``, the name is letters only:
+    # `=z91on5-n_q8…=aaj` is a key)
+    setting = re.fullmatch(r"(?:[A-Za-z_][\w.\-]*|[=:`'\"]+[A-Za-z_.]+)[=:]+([A-Za-z][A-Za-z\-]*)", value)
     return setting is not None and bool(
         _is_wordish(setting.group(1)) or _HEADER_NAME_RE.fullmatch(setting.group(1))
         or setting.group(1).lower() in _PROTOCOL_WORDS

@@ -487,7 +487,9 @@ _PROVIDER_RULES: tuple[Rule, ...] = (
         _L + r"rk_(?:live|test|prod)_[A-Za-z0-9]{10,99}" + _R,
         ("rk_live_", "rk_test_", "rk_prod_"),
     ),
-    _p("stripe_webhook_secret", "Stripe", "STRIPE_WEBHOOK_SECRET", _L + r"whsec_[A-Za-z0-9+/=]{32,}" + _R, ("whsec_",)),
+    # (base64: `=` only as padding at the end; `whsec_…=ok=Authorization` is the key and then other text)
+    _p("stripe_webhook_secret", "Stripe", "STRIPE_WEBHOOK_SECRET", _L + r"whsec_[A-Za-z0-9+/]{32,}={0,2}" + _R,
+       ("whsec_",)),
     _p(
         "shopify_token",
         "Shopify",
