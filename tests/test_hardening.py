@@ -31,6 +31,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -833,6 +834,31 @@ def test_f6_a_library_message_repeated_fast_is_one_line(monkeypatch: pytest.Monk
     lines = [json.loads(line) for line in out.getvalue().splitlines()]
     assert [(e["logger"], e.get("repeated")) for e in lines] == [
         ("asyncio", None), ("aiohttp.server", None), ("asyncio", 4999)], lines
+
+
+def test_a_librarys_python_warning_is_one_structured_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """watchdog warns (`warnings.warn`) when a race adds a directory's watch twice; Python printed it as two
+    plain lines on stderr, among the daemon's JSON (a full suite run)."""
+    import io
+    import logging
+
+    from veritas_watch import log as logsetup
+
+    out = io.StringIO()
+    logging.captureWarnings(False)  # pytest records each test's warnings: start from Python's own showwarning
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        logsetup.configure_logging("info", "json", stream=out)
+        handler = next(h for h in logging.getLogger().handlers if isinstance(h, logsetup.LibraryRecords))
+        monkeypatch.setattr(handler, "_last", {})
+        try:
+            warnings.warn("Callback with id '1' already exists for watch. It will be Overwritten.", RuntimeWarning,
+                          stacklevel=1)
+        finally:
+            logging.captureWarnings(False)
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [(e["event"], e["logger"], e["level"]) for e in lines] == [("library_log", "py.warnings", "warning")]
+    assert "It will be Overwritten" in lines[0]["message"]
 
 
 def test_a_data_dir_made_open_beforehand_is_closed_to_others(tmp_path: Path) -> None:

@@ -114,6 +114,10 @@ def _route_library_logs() -> None:
     root = logging.getLogger()
     if not any(isinstance(h, LibraryRecords) for h in root.handlers):
         root.addHandler(LibraryRecords(logging.WARNING))
+    # A library's `warnings.warn` too (watchdog warns when a directory it is adding a watch for is added
+    # twice in a race): through logging, so one JSON line, not Python's two lines on stderr (a full suite run
+    # caught one among the daemon's JSON).
+    logging.captureWarnings(True)
 
 
 def configure_logging(level: str = "info", fmt: str = "auto", stream: TextIO | None = None) -> None:
