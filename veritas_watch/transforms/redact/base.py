@@ -211,22 +211,25 @@ def _is_placeholder(value: str) -> bool:
     return len(value) >= 8 and len(set(low)) <= 2 and not value.isdigit()
 
 
-# Documented example keys and fillers: `AKIAIOSFODNN7EXAMPLE`, `wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY`,
-# `xoxp-1-RANDOMSTRINGHERE`, `ghp_xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx`, `sk-...0000000000`. They are
-# published in documentation for copying; hiding them would only hide that the user pasted an example.
 # A cue's separator and its optional target, shared by the cue rules (`rules`) and the personal ones
-# (`personal`).
-# "password is", "密钥是", "key:", "令牌记下来：" (a few CJK words may sit between cue and colon)
-# (Japanese: `パスワードは X です`, the topic particle as the separator; kana may sit between cue and colon.)
-_CUE_SEP = (
-    r"(?P<sep>(?:[\u3040-\u30ff\u4e00-\u9fff]{1,6}?)?"
+# (`personal`): "password is", "密钥是", "key:", "令牌记下来：" (a few CJK words may sit between cue and colon;
+# Japanese `パスワードは X です` has the topic particle as the separator, and kana may sit before the colon).
+# `_CUE_SEP` names the separator proper (`sep`) for the extractors that read it; `_CUE_SEP_ANY` is the same
+# pattern unnamed. Either ends with the spaces and the one line break that may follow.
+_CUE_SEP_WORDS = (
+    r"(?:[\u3040-\u30ff\u4e00-\u9fff]{1,6}?)?"
     r"(?:\s+(?:is|was|are|would\s+be|will\s+be|should\s+be|set\s+to|changed\s+to|to)\b\s*[:：]?|"
-    r"\s*(?:是|为|為|は)\s*[:：]?|\s*(?:\*\*?|__?)?[:：=＝](?:(?:\*\*?|__?)(?=\s))?|\s*=>|\s*->|[ \t]+-[ \t]|'s\b))"
-    r"[ \t\u3000]*(?:\r?\n[ \t]*)?"
+    r"\s*(?:是|为|為|は)\s*[:：]?|\s*(?:\*\*?|__?)?[:：=＝](?:(?:\*\*?|__?)(?=\s))?|\s*=>|\s*->|[ \t]+-[ \t]|'s\b)"
 )
+_CUE_SEP_SPACE = r"[ \t\u3000]*(?:\r?\n[ \t]*)?"
+_CUE_SEP = "(?P<sep>" + _CUE_SEP_WORDS + ")" + _CUE_SEP_SPACE
+_CUE_SEP_ANY = "(?:" + _CUE_SEP_WORDS + ")" + _CUE_SEP_SPACE
 # "password for the NAS is": what the secret is for
 _TARGET = r"(?:\s+(?:for|of|to|on)\s+(?P<target>[^\n:=,;。，：]{1,40}?))?"
 
+# Documented example keys and fillers: `AKIAIOSFODNN7EXAMPLE`, `wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY`,
+# `xoxp-1-RANDOMSTRINGHERE`, `ghp_xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx`, `sk-...0000000000`. They are
+# published in documentation for copying; hiding them would only hide that the user pasted an example.
 _DOC_EXAMPLE_RE = re.compile(r"EXAMPLE|RANDOMSTRING|STRINGHERE|[xX]{6}|\*{4}|([^A\s0-9])\1{7}")
 
 
@@ -316,6 +319,9 @@ def _backtick_markup(value: str) -> bool:
     return core != value and (value[0] == value[-1] == "`" or _IDENTIFIER_RE.fullmatch(core) is not None)
 
 
+_PROTOCOL_WORDS = frozenset({"http", "https", "tcp", "udp", "tls", "ssl", "ftp", "sftp", "ssh", "ws", "wss", "grpc"})
+
+
 def _word_setting(value: str) -> bool:
     """`ok=Authorization`, `mode:Basic`, `required=Authorization`, `=DefaultEndpointsProtocol=https` (a connection
     string's first field after `key 是`): a name set to a word or a protocol, not a password with a symbol in it."""
@@ -327,8 +333,6 @@ def _word_setting(value: str) -> bool:
         or setting.group(1).lower() in _PROTOCOL_WORDS
     )
 
-
-_PROTOCOL_WORDS = frozenset({"http", "https", "tcp", "udp", "tls", "ssl", "ftp", "sftp", "ssh", "ws", "wss", "grpc"})
 
 
 # What a regular expression, a format string or a template is written with: such a value under a

@@ -15,7 +15,7 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
-from veritas_watch.transforms.redact.base import _CUE_SEP, _TARGET, Rule, _Hit, _is_wordish
+from veritas_watch.transforms.redact.base import _CUE_SEP_ANY, _TARGET, Rule, _Hit, _is_wordish
 from veritas_watch.transforms.redact.names import _service_before
 
 # ---------------------------------------------------------------------------------------------
@@ -162,7 +162,7 @@ _RECOVERY_CUE_RE = (
     r"emergency|rescue|single[- ]use|one[- ]time[- ]use)[ \t]+(?:verification[ \t]+|login[ \t]+)?codes?|"
     r"recovery[ \t]+key|恢复码|恢复代码|备用码|备份码|救援码|復原碼|備用碼|還原碼|リカバリーコード|バックアップコード|"
     r"予備コード|復旧コード|복구[ \t]*코드|백업[ \t]*코드)(?![A-Za-z0-9_\-])" + _TARGET + r"[\"']?"
-    r"(?:" + _CUE_SEP + r"|[ \t]*\r?\n|[ \t]+(?=[A-Za-z0-9]*\d))"
+    r"(?:" + _CUE_SEP_ANY + r"|[ \t]*\r?\n|[ \t]+(?=[A-Za-z0-9]*\d))"
 )
 _CODE_RE = re.compile(
     r"(?:[ \t]*\r?\n){0,2}[ \t]*(?:[-*•]|\d{1,2}[.)])?[ \t]*[`\"']?"
@@ -268,15 +268,14 @@ def _extract_card(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
 # ---------------------------------------------------------------------------------------------
 # Card security codes and PINs: a few digits, told by the word before them
 
-_SEP = _CUE_SEP.replace("(?P<sep>", "(?:")
 _CVV_RE = (
     r"(?i)(?P<cue>(?<![A-Za-z0-9_\-])(?:cvv2?|cvc2?|csc|(?:card[ \t]+)?security[ \t]+code)|安全码|安全碼|"
-    r"セキュリティコード|보안[ \t]*코드)(?![A-Za-z0-9_\-])" + _TARGET + r"(?:" + _SEP + r"|[ \t]+(?=[0-9]))"
+    r"セキュリティコード|보안[ \t]*코드)(?![A-Za-z0-9_\-])" + _TARGET + r"(?:" + _CUE_SEP_ANY + r"|[ \t]+(?=[0-9]))"
 )
 _PIN_RE = (
     r"(?P<cue>(?<![A-Za-z0-9_\-])(?:PIN(?:[ \t\-]?(?:[Cc]ode|[Nn]umber))?|[Pp]in[ \t\-]?(?:code|number)|"
     r"[Pp]in(?=[ \t]*(?:[:：=]|is\b|was\b)))(?![A-Za-z0-9_\-])|PIN[码碼号]|暗証番号)" + _TARGET
-    + r"(?:" + _SEP + r"|[ \t]+(?=[0-9]))"
+    + r"(?:" + _CUE_SEP_ANY + r"|[ \t]+(?=[0-9]))"
 )
 _DIGITS_RE = re.compile(r"[`\"'“‘「『(]?(?P<digits>[0-9]{3,8})(?![A-Za-z0-9_\-/]|[:.,][0-9])")
 
