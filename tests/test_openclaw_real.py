@@ -225,6 +225,12 @@ def drive(w: World) -> None:
     w.say("research", "The survey results are due on the 12th; Lena is collecting them.",
           "Survey results due on the 12th, collected by Lena.")
     w.say("research", "Remind me that the lab is closed on Friday.", "The lab is closed on Friday, noted.")
+    # A compaction (the CLI's way to what `/compact` does in a chat): OpenClaw appends a `compaction` row
+    # whose summary repeats the conversation, in the same session, which goes on after it.
+    compacted = json.loads(gw.run("sessions", "compact", "agent:research:main", "--agent", "research",
+                                  "--json").stdout)
+    assert compacted.get("compacted"), compacted
+    w.say("research", "The lab reopens on Monday at eight.", "Lab reopens Monday at 8, noted.")
 
 
 # -- what was stored ----------------------------------------------------------------------------------
@@ -318,6 +324,19 @@ def test_a_finished_run_is_not_a_session_end_even_after_a_restart(world: World) 
     assert not gaps(world.gaps_before_restart, "research")
     again = [g for g in world.gaps_after_restart if g.get("session") != world.notes["offline_session"]]
     assert not again, f"a restart reported gaps again or for live sessions: {again}"
+
+
+def test_a_compaction_is_neither_memory_nor_a_session_end(world: World) -> None:
+    rows = world.gateway.transcript_rows("research")
+    compaction = next(r for r in rows if r.type == "compaction")
+    summary = str(compaction.event.get("summary") or "")
+    assert "lab" in summary.lower(), "OpenClaw's summary should repeat the conversation"
+    after = [r for r in rows if r.seq > compaction.seq and r.session_id == compaction.session_id and r.role == "user"]
+    assert after, "the session goes on after its compaction"
+    stored = [p["payload"] for p in points_of(world, "research")]
+    assert not [p for p in stored if p["position"] == compaction.seq], "the summary is not a memory"
+    assert any(p["position"] > compaction.seq for p in stored), "what follows a compaction is stored"
+    assert not gaps(world.gaps_before_restart, "research"), "a compaction does not end the conversation"
 
 
 def test_a_session_created_and_deleted_while_stopped_is_read_from_its_archive(world: World) -> None:
