@@ -231,6 +231,18 @@ def drive(w: World) -> None:
                                   "--json").stdout)
     assert compacted.get("compacted"), compacted
     w.say("research", "The lab reopens on Monday at eight.", "Lab reopens Monday at 8, noted.")
+    # A side session trimmed to its last lines (`sessions compact --max-lines`): OpenClaw keeps its header and
+    # those lines, renumbered, and archives nothing; the session goes on.
+    notes = "agent:research:notes"
+    w.say("research", "Notes: the microscope booking moved to room 4.", "Microscope booking, room 4, noted.",
+          session_key=notes)
+    w.say("research", "Notes: the reagent order arrives on Tuesday.", "Reagent order on Tuesday, noted.",
+          session_key=notes)
+    w.settle()
+    trimmed = json.loads(gw.run("sessions", "compact", notes, "--agent", "research", "--max-lines", "3",
+                                "--json").stdout)
+    assert trimmed.get("kept") == 3, trimmed
+    w.say("research", "Notes: the seminar starts at noon.", "Seminar at noon, noted.", session_key=notes)
 
 
 # -- what was stored ----------------------------------------------------------------------------------
@@ -337,6 +349,22 @@ def test_a_compaction_is_neither_memory_nor_a_session_end(world: World) -> None:
     assert not [p for p in stored if p["position"] == compaction.seq], "the summary is not a memory"
     assert any(p["position"] > compaction.seq for p in stored), "what follows a compaction is stored"
     assert not gaps(world.gaps_before_restart, "research"), "a compaction does not end the conversation"
+
+
+def test_a_session_trimmed_to_its_last_lines_keeps_its_memories(world: World) -> None:
+    """OpenClaw no longer holds the turns before the lines it kept, anywhere: veritas-watch's memory of them
+    is the only copy, and stays (the exact-once test above counts every turn of the session)."""
+    rows = world.gateway.transcript_rows("research")
+    session = next(r.session_id for r in rows if r.text == "Notes: the seminar starts at noon.")
+    held = " ".join(r.text for r in rows if r.session_id == session)
+    assert "microscope" not in held, "OpenClaw trimmed the session's first turns"
+    stored = [p["payload"] for p in points_of(world, "research") if p["payload"]["session_id"] == session]
+    assert any("microscope" in p["data"] for p in stored), "the trimmed turns stay in memory"
+    assert any("seminar" in p["data"] for p in stored), "what follows the trim is stored"
+    assert [e for e in world.daemon.events("trimmed_points_kept") if e.get("agent") == "research"]
+    hits = world.daemon.post("/memory/search", {"agent_id": "research", "query": "Where is the microscope booked?",
+                                                "limit": 3})["results"]
+    assert any("room 4" in h["text"] for h in hits)
 
 
 def test_a_session_created_and_deleted_while_stopped_is_read_from_its_archive(world: World) -> None:

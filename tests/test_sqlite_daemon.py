@@ -55,6 +55,39 @@ def test_live_appends_zstd_rewrites_and_reset(tmp_path: Path, shape: str) -> Non
         assert len(ids) == len(set(ids))
 
 
+def test_history_trimmed_from_the_front_stays_in_memory(tmp_path: Path) -> None:
+    """`openclaw sessions compact --max-lines N` (2026.9.6, seen on the real one): the session becomes its header
+    and its last N lines, renumbered, and nothing is archived. The memories before them are then held nowhere
+    else: they stay. A withdrawn answer at the tail still goes."""
+    state, data = tmp_path / "state", tmp_path / "data"
+    path = db_path(state)
+    create_database(path, "v24")
+    t0 = 1_790_000_000_000
+    with OpenClawWriter(path) as writer, running_daemon(state, data) as daemon:
+        sid = writer.create_session("agent:main:main")
+        writer.append(sid, *(message_event(f"Turn {i}: the harbour log entry number {i}.",
+                                           "user" if i % 2 == 0 else "assistant", event_id=f"e{i}",
+                                           at_ms=t0 + i * 1000) for i in range(6)))
+        first = {f"e{i}" for i in range(6)}
+        wait_for(lambda: sqlite_points(daemon.export("main"), sid).keys() == first, what="six turns")
+        header, *_, fifth, sixth = writer.events(sid)
+        writer.replace_session(sid, [e.decode() for e in (header, fifth, sixth)])
+        writer.append(sid, message_event("After the trim: the ferry leaves at nine.", event_id="after",
+                                         at_ms=t0 + 10_000))
+        wait_for(lambda: "after" in sqlite_points(daemon.export("main"), sid), what="the turn after the trim")
+        daemon.wait_idle()
+        assert sqlite_points(daemon.export("main"), sid).keys() == first | {"after"}
+        assert daemon.events("trimmed_points_kept"), "the kept history is said once"
+        assert not daemon.events("stale_points_removed")
+
+        writer.rewrite_suffix(sid, 3, [message_event("Correction: the ferry leaves at ten.", "assistant",
+                                                     event_id="fix", at_ms=t0 + 11_000)])
+        wait_for(lambda: sqlite_points(daemon.export("main"), sid).keys() == first | {"fix"},
+                 what="the withdrawn answer removed, the trimmed history kept")
+        ids = [p["id"] for p in daemon.export()]
+        assert len(ids) == len(set(ids))
+
+
 @pytest.mark.skipif(not FIXTURE_SESSIONS.is_dir(), reason="../shared fixtures not present")
 def test_session_migrated_from_jsonl_is_stored_once(tmp_path: Path) -> None:
     state, data = tmp_path / "state", tmp_path / "data"

@@ -39,6 +39,7 @@ from veritas_watch.sources.sqlite import (
     SqliteTranscriptReader,
     event_entry_id,
 )
+from veritas_watch.sources.sqlite_feed import taken_back
 
 AGENT = "main"
 
@@ -249,6 +250,27 @@ def test_full_replacement_rewalks_and_leaves_the_final_transcript(tmp_path: Path
         assert batch.rewalk and [r.source.seq for r in batch.records] == [0, 1, 2, 3, 4]
         assert lead.store == writer_truth(writer)
         assert len(lead.store) == 5
+
+
+def _point(entry: str, ts: float | None) -> tuple[str, dict[str, object]]:
+    return f"p-{entry}", {"entry_id": entry, "ts": ts}
+
+
+def test_taken_back_keeps_history_trimmed_from_the_front() -> None:
+    points = [_point(f"e{i}", float(i)) for i in range(6)]
+    # the last two kept (--max-lines): the four before them stay
+    assert taken_back(points, {"e4", "e5"}) == []
+    # the tail withdrawn (a rewound answer): it goes
+    assert taken_back(points, {"e0", "e1", "e2", "e3"}) == ["p-e4", "p-e5"]
+    # a row gone between two kept ones is not a front trim: it goes, as before
+    assert taken_back(points, {"e0", "e1", "e3", "e4", "e5"}) == ["p-e2"]
+    # replaced by new events (none of its memories kept): memory reads as the session now does
+    assert taken_back(points, {"summary"}) == [f"p-e{i}" for i in range(6)]
+    # without a time, nothing can be placed before what was kept: it goes
+    assert taken_back([*points, _point("x", None)], {"e4", "e5"}) == ["p-x"]
+    # chunks of one entry share its time: all of them stay or go together
+    chunks = [*points, ("p-e1#1", {"entry_id": "e1", "ts": 1.0})]
+    assert taken_back(chunks, {"e2", "e3", "e4", "e5"}) == []
 
 
 def test_rewrite_without_rotation_is_caught_by_event_id(tmp_path: Path) -> None:

@@ -248,7 +248,9 @@ class Work:
     chunks: list[Chunk]
     unit: object  # what the source needs to commit its cursor (a jsonl.ReadUnit, a sqlite unit, ...)
     at_eof: bool = True
-    cleanup: Callable[[Store], None] | None = None  # runs in the store thread after the upsert, before commit
+    # Runs in the store thread before the batch's upsert, within its retries: it reads what the store held
+    # before this batch (a rewritten session's points: sources/sqlite_feed.stale_point_cleanup).
+    cleanup: Callable[[Store], None] | None = None
     done: asyncio.Future[None] | None = None  # resolved once committed (cancelled if never stored)
     source: Committer | None = None  # None: nothing to commit (a test's unit)
 
@@ -447,11 +449,9 @@ class Sink:
                 size += len(item.chunks)
                 chars += embedded_chars(item.chunks)
             try:
-                stored = await self._store_with_retry([c for w in batch for c in w.chunks])
+                stored = await self._store_with_retry([c for w in batch for c in w.chunks],
+                                                      [w.cleanup for w in batch if w.cleanup is not None])
                 if stored:
-                    for work in batch:
-                        if work.cleanup is not None:
-                            await self.in_store_thread(lambda cleanup=work.cleanup: cleanup(self.store))  # type: ignore[misc]
                     # Ack-then-commit: the cursors move only once the store made the points durable, in one
                     # transaction, off the loop. A caller waiting for its unit, a full batch of undurable
                     # points or an idle sink flushes now; else the next upkeep does, within flush_interval.
@@ -493,8 +493,9 @@ class Sink:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self._retry_max)
 
-    async def _store_with_retry(self, chunks: list[Chunk]) -> bool:
-        stored = await self._retry(lambda: self._store(chunks), "store_retry", self._store_failed, chunks=len(chunks))
+    async def _store_with_retry(self, chunks: list[Chunk], cleanups: Sequence[Callable[[Store], None]] = ()) -> bool:
+        stored = await self._retry(lambda: self._store(chunks, cleanups), "store_retry", self._store_failed,
+                                   chunks=len(chunks))
         if stored:
             self._store_answered()
         return stored
@@ -514,7 +515,9 @@ class Sink:
         if the sink stops first, the units are read again at the next start and cost no embedding."""
         return await self._retry(lambda: asyncio.to_thread(self._commit_batch, batch), "cursor_commit_failed")
 
-    async def _store(self, chunks: list[Chunk]) -> None:
+    async def _store(self, chunks: list[Chunk], cleanups: Sequence[Callable[[Store], None]] = ()) -> None:
+        for cleanup in cleanups:
+            await self.in_store_thread(lambda cleanup=cleanup: cleanup(self.store))  # type: ignore[misc]
         if not chunks:
             return
         started = time.perf_counter()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -223,19 +224,42 @@ class SqliteFeed:
             reader.close()
 
 
+def taken_back(points: Sequence[tuple[str, Mapping[str, object]]], present: AbstractSet[object]) -> list[str]:
+    """Which of a rewritten session's stored points (id, payload) to remove: those whose event it no longer
+    holds, except history trimmed from its front. `openclaw sessions compact --max-lines N` keeps the last N
+    lines and archives nothing: what came before the oldest memory it kept is then held nowhere but here,
+    and stays. A rewound or withdrawn answer goes from the tail, after what was kept; a session replaced by
+    new events keeps none of its memories: both leave memory as the session now reads."""
+    kept = [ts for _, payload in points if payload.get("entry_id") in present and (ts := _epoch(payload)) is not None]
+    oldest_kept = min(kept, default=None)
+    return [pid for pid, payload in points if payload.get("entry_id") not in present
+            and (oldest_kept is None or (ts := _epoch(payload)) is None or ts >= oldest_kept)]
+
+
+def _epoch(payload: Mapping[str, object]) -> float | None:
+    ts = payload.get("ts")
+    return float(ts) if isinstance(ts, int | float) and not isinstance(ts, bool) else None
+
+
 def stale_point_cleanup(db: str, agent_id: str, batch: SessionBatch) -> Callable[[Store], None] | None:
-    """After a rewrite: remove this session's SQLite points whose event no longer exists."""
+    """On a rewalk, before its points are stored again: remove this session's SQLite points that the rewrite
+    took back (`taken_back`; the store then holds only what was there before the rewrite)."""
     present = batch.present_event_ids
     if present is None:
         return None
     prefix = f"{db}#{batch.session_id}:"
 
     def cleanup(store: Store) -> None:
-        stale = [pid for pid, payload, _ in store.scroll(agent_id, session_id=batch.point_session_id)
-                 if str(payload.get("source", "")).startswith(prefix) and payload.get("entry_id") not in present]
+        points = [(pid, payload) for pid, payload, _ in store.scroll(agent_id, session_id=batch.point_session_id)
+                  if str(payload.get("source", "")).startswith(prefix)]
+        stale = taken_back(points, present)
+        gone = sum(1 for _, payload in points if payload.get("entry_id") not in present)
         if stale:
             store.delete(stale)
             log.info("stale_points_removed", agent=agent_id, db=db, session_id=batch.session_id, points=len(stale),
                      reason=batch.rewalk_reason)
+        if gone > len(stale):
+            log.info("trimmed_points_kept", agent=agent_id, db=db, session_id=batch.session_id,
+                     points=gone - len(stale), reason=batch.rewalk_reason)
 
     return cleanup
