@@ -241,6 +241,9 @@ GENERIC_FALSE = [
     "use --password options to pass it",
     "the commit 3f9a1c2e8b7d6a5f4e3d2c1b0a9f8e7d6c5b4a39 fixed it",
     "session 06826999-c084-45d8-9da5-236646ccc145 started",
+    # where a transcript row is, as every log line names it (a provider's name in the file name: a real run's
+    # gap line lost its location to this)
+    "/home/u/.openclaw/agents/main/agent/openclaw-agent.sqlite#00a41b83-ff1a-4542-b976-040a7edcfd5b",
     "-----BEGIN PRIVATE KEY-----\n...\n-----END PRIVATE KEY-----",
     "-----BEGIN RSA PRIVATE KEY----- is the first line of a PEM file, then base64 lines follow",
     "-----BEGIN PRIVATE KEY-----\n-----BEGIN PRIVATE KEY-----\n-----BEGIN PRIVATE KEY-----",

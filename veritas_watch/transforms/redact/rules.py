@@ -1473,8 +1473,8 @@ def _extract_bare_token(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
         hexish = all(c in "0123456789abcdef-:" for c in value.lower())
         uuid = _UUID_RE.fullmatch(value) is not None
         around = (max(0, start - 100), min(len(text), end + 100))
-        if uuid and _ID_WORDS_RE.search(text, *around):
-            return None  # "sessionId is 18bd4fa6-...": an identifier
+        if uuid and (_ID_WORDS_RE.search(text, *around) or text.endswith("#", 0, start)):
+            return None  # "sessionId is 18bd4fa6-...", "openclaw-agent.sqlite#18bd4fa6-...": an identifier
         pair = ":" in value  # Sidekiq's `<hex8>:<hex8>` credentials
         # a hex string next to a code host or a digest word is a commit id or a hash, elsewhere a key
         # (24 hex beside MongoDB is an ObjectId)
