@@ -805,13 +805,50 @@ class OpenClawWriter:
             self._ensure_generation(sid)
         return old, sid
 
+    def rewind(self, session_key: str, to_event_id: str, *, new_session_id: str | None = None) -> tuple[str, str]:
+        """A Control UI rewind as OpenClaw 2026.9.6 writes it: a new window of the same key (previous_session_id
+        set, no reason) holding its own header, a copy of every other row of the old session (the same event
+        ids) and a `leaf` row pointing at `to_event_id`; the key moves to it, the old session stays. -> (old, new)"""
+        sid = new_session_id or str(uuid.uuid4())
+        with self.transaction():
+            old = self.current_session_id(session_key)
+            assert old is not None, f"no session for {session_key}"
+            self._open_window(session_key, sid, previous=old, reason=None)
+            self._insert_event(sid, 0, session_header(sid))
+            rows = self._rows(old)
+            for seq, data in rows[1:]:
+                self._insert_event(sid, seq, data.decode())
+            leaf = {"type": "leaf", "id": uuid.uuid4().hex[:8], "parentId": None, "timestamp": _iso(_now_ms()),
+                    "targetId": to_event_id}
+            self._insert_event(sid, rows[-1][0] + 1, leaf)
+            self._ensure_generation(sid)
+        return old, sid
+
+    def fork(self, parent_key: str, through_seq: int, *, session_key: str | None = None) -> tuple[str, str]:
+        """`sessions.fork` as OpenClaw 2026.9.6 writes it: a session of its own key (parent_session_key set)
+        holding its header and a copy of the parent's rows up to `through_seq`. -> (key, session id)"""
+        key = session_key or f"{parent_key}:fork:{uuid.uuid4().hex[:8]}"
+        sid = str(uuid.uuid4())
+        with self.transaction():
+            parent = self.current_session_id(parent_key)
+            assert parent is not None, f"no session for {parent_key}"
+            self._open_window(key, sid, previous=None, reason=None)
+            self.conn.execute("UPDATE session_windows SET parent_session_key = ? WHERE session_id = ?",
+                              (parent_key, sid))
+            self._insert_event(sid, 0, session_header(sid))
+            for seq, data in self._rows(parent)[1:]:
+                if seq <= through_seq:
+                    self._insert_event(sid, seq, data.decode())
+            self._ensure_generation(sid)
+        return key, sid
+
     def current_session_id(self, session_key: str) -> str | None:
         table, column = (("session_nodes", "current_session_id") if self.layout == "windows"
                          else ("session_entries", "session_id"))
         row = self.conn.execute(f"SELECT {column} FROM {table} WHERE session_key = ?", (session_key,)).fetchone()
         return None if row is None else str(row[0])
 
-    def _open_window(self, session_key: str, sid: str, *, previous: str | None, reason: str) -> None:
+    def _open_window(self, session_key: str, sid: str, *, previous: str | None, reason: str | None) -> None:
         now = _now_ms()
         entry = js_stringify({"sessionId": sid, "updatedAt": now})
         if self.layout == "windows":

@@ -243,6 +243,25 @@ def drive(w: World) -> None:
                                 "--json").stdout)
     assert trimmed.get("kept") == 3, trimmed
     w.say("research", "Notes: the seminar starts at noon.", "Seminar at noon, noted.", session_key=notes)
+    # A fork and a rewind (the Control UI's, through the gateway's RPC): OpenClaw copies the session's rows into
+    # a session of the fork's own key, and for the rewind into a new session of the same key; new turns follow.
+    drafts = "agent:research:drafts"
+    w.say("research", "Drafts: the grant report is due in May.", "Grant report due in May, noted.",
+          session_key=drafts)
+    w.say("research", "Drafts: the poster goes to print on Friday.", "Poster to print on Friday, noted.",
+          session_key=drafts)
+    w.settle()
+    poster = next(r.event["id"] for r in gw.transcript_rows("research")
+                  if r.text == "Drafts: the poster goes to print on Friday.")
+    forked = json.loads(gw.run("gateway", "call", "sessions.fork", "--params",
+                               json.dumps({"sessionKey": drafts, "entryId": poster}), "--json").stdout)
+    w.say("research", "Fork: the poster could be A1 instead.", "A1 poster, noted.", session_key=forked["sessionKey"])
+    gw.run("gateway", "call", "sessions.rewind", "--params", json.dumps({"sessionKey": drafts, "entryId": poster}),
+           "--json")
+    w.say("research", "Drafts: the poster goes to print on Monday.", "Poster to print on Monday, noted.",
+          session_key=drafts)
+    w.notes["drafts_sessions"] = sorted({r.session_id for r in gw.transcript_rows("research")
+                                         if r.text == "Drafts: the grant report is due in May."})
 
 
 # -- what was stored ----------------------------------------------------------------------------------
@@ -260,11 +279,13 @@ def test_every_conversational_message_is_stored_exactly_once_and_nothing_else(wo
     points = points_of(world, agent)
     texts = Counter(normal(p["payload"]["data"]) for p in points if p["payload"]["chunk"] == 0)
     expected = [normal(t) for t in world.expected[agent]]
-    # Once per row OpenClaw wrote: one, unless the harness had to resend a turn OpenClaw failed itself
-    # (a deleted session's rows have left the database: its archive holds them once).
-    written = [normal(row.text) for row in world.gateway.transcript_rows(agent) if row.role in ("user", "assistant")]
+    # Once per event OpenClaw wrote: one, unless the harness had to resend a turn OpenClaw failed itself
+    # (a deleted session's rows have left the database: its archive holds them once; a fork or a rewind copies
+    # rows into another session with their event ids: still one event).
+    written = {row.event.get("id"): normal(row.text) for row in world.gateway.transcript_rows(agent)
+               if row.role in ("user", "assistant")}
     for text in expected:
-        rows = max(1, sum(1 for w in written if w.endswith(text)))
+        rows = max(1, sum(1 for w in written.values() if w.endswith(text)))
         assert rows == 1 or world.gateway.transient_failures, f"{agent}: {text!r} written {rows} times"
         assert texts[text] == rows, f"{agent}: {text!r} stored {texts[text]} times, OpenClaw wrote it {rows} times"
     secret_lines = [t for t in texts if any(marker in t for marker in world.with_secret.get(agent, []))]
@@ -345,7 +366,7 @@ def test_a_compaction_is_neither_memory_nor_a_session_end(world: World) -> None:
     assert "lab" in summary.lower(), "OpenClaw's summary should repeat the conversation"
     after = [r for r in rows if r.seq > compaction.seq and r.session_id == compaction.session_id and r.role == "user"]
     assert after, "the session goes on after its compaction"
-    stored = [p["payload"] for p in points_of(world, "research")]
+    stored = [p["payload"] for p in points_of(world, "research") if p["payload"]["session_id"] == compaction.session_id]
     assert not [p for p in stored if p["position"] == compaction.seq], "the summary is not a memory"
     assert any(p["position"] > compaction.seq for p in stored), "what follows a compaction is stored"
     assert not gaps(world.gaps_before_restart, "research"), "a compaction does not end the conversation"
@@ -365,6 +386,22 @@ def test_a_session_trimmed_to_its_last_lines_keeps_its_memories(world: World) ->
     hits = world.daemon.post("/memory/search", {"agent_id": "research", "query": "Where is the microscope booked?",
                                                 "limit": 3})["results"]
     assert any("room 4" in h["text"] for h in hits)
+
+
+def test_a_fork_and_a_rewind_store_each_turn_once_and_end_no_conversation(world: World) -> None:
+    """OpenClaw copies the turns into the fork's session and into the rewind's new session (three sessions hold
+    the first turn); veritas-watch stores each turn once, from the session that wrote it (the exact-once test
+    above counts them), and the drafts key moving on to its rewound copy is no end (no research gap)."""
+    assert len(world.notes["drafts_sessions"]) == 3, world.notes["drafts_sessions"]
+    stored = [p["payload"] for p in points_of(world, "research")]
+    first = [p for p in stored if p["data"] == "Drafts: the grant report is due in May."]
+    assert len(first) == 1, first
+    texts = Counter(p["data"] for p in stored if p["chunk"] == 0)
+    for text in ("Drafts: the poster goes to print on Friday.", "Fork: the poster could be A1 instead.",
+                 "Drafts: the poster goes to print on Monday."):
+        assert texts[text] == 1, (text, texts[text])
+    ends = [e for e in world.daemon.events("conversation_ended") if e.get("agent") == "research"]
+    assert not ends, f"a fork or a rewind ended a conversation: {ends}"
 
 
 def test_a_session_created_and_deleted_while_stopped_is_read_from_its_archive(world: World) -> None:

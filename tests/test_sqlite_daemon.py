@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shutil
+import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -86,6 +88,36 @@ def test_history_trimmed_from_the_front_stays_in_memory(tmp_path: Path) -> None:
                  what="the withdrawn answer removed, the trimmed history kept")
         ids = [p["id"] for p in daemon.export()]
         assert len(ids) == len(set(ids))
+
+
+def test_a_rewind_and_a_fork_store_each_turn_once_and_end_no_conversation(tmp_path: Path) -> None:
+    """OpenClaw 2026.9.6 (seen on the real one): a rewind is a new session of the key holding a copy of the
+    old one and then the new turns; a fork is a session of its own that starts with a copy of the parent's
+    rows. Each turn is one memory, and the key moving on to a rewound copy does not end the conversation."""
+    state, data = tmp_path / "state", tmp_path / "data"
+    path = db_path(state)
+    create_database(path, "v24")
+    with OpenClawWriter(path) as writer, running_daemon(state, data) as daemon:
+        sid = writer.create_session("agent:main:main")
+        writer.append(sid, message_event("The kayak is behind the boathouse.", event_id="q1"),
+                      message_event("Behind the boathouse, noted.", "assistant", event_id="a1"),
+                      message_event("The paddles are in the red locker.", event_id="q2"),
+                      message_event("Red locker, noted.", "assistant", event_id="a2"))
+        wait_for(lambda: len(sqlite_points(daemon.export("main"), sid)) == 4, what="four turns")
+        _, fork = writer.fork("agent:main:main", through_seq=2)
+        writer.append(fork, message_event("In the fork: the kayak is blue.", event_id="f1"))
+        old, new = writer.rewind("agent:main:main", "a1")
+        writer.append(new, message_event("Rewound: the paddles are in the shed.", event_id="r1"),
+                      message_event("The shed, noted.", "assistant", event_id="r2"))
+        wait_for(lambda: {"f1", "r1"} <= {p["payload"]["entry_id"] for p in daemon.export("main")},
+                 what="the turns after the fork and the rewind")
+        daemon.wait_idle()
+        time.sleep(1.5)  # a sweep after the key moved on: its end (none) is decided by then
+        points = daemon.export("main")
+        entries = Counter(p["payload"]["entry_id"] for p in points)
+        assert entries == Counter({e: 1 for e in ("q1", "a1", "q2", "a2", "f1", "r1", "r2")}), entries
+        assert {p["payload"]["session_id"] for p in points if p["payload"]["entry_id"] == "q1"} == {old}
+        assert not daemon.events("conversation_ended"), "a rewind is no end of the conversation"
 
 
 @pytest.mark.skipif(not FIXTURE_SESSIONS.is_dir(), reason="../shared fixtures not present")

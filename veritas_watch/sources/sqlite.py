@@ -25,7 +25,7 @@ import json
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -224,6 +224,7 @@ class _Shape:
     watermark_table: str | None
     cold_table: bool
     meta_cols: frozenset[str]
+    identities: bool  # transcript_event_identities(session_id, event_id): which session holds which event
 
 
 def _table_columns(conn: sqlite3.Connection, table: str) -> frozenset[str]:
@@ -258,7 +259,9 @@ def _probe(conn: sqlite3.Connection, cookie: int) -> _Shape:
         watermark = None
     cold = "session_transcript_cold_archives" in tables
     meta_cols = _table_columns(conn, "schema_meta") if "schema_meta" in tables else frozenset()
-    return _Shape(cookie, events_cols, layout, window_cols, node_cols, watermark, cold, meta_cols)
+    identities = ("transcript_event_identities" in tables
+                  and {"session_id", "event_id"} <= _table_columns(conn, "transcript_event_identities"))
+    return _Shape(cookie, events_cols, layout, window_cols, node_cols, watermark, cold, meta_cols, identities)
 
 
 def _text(value: object) -> str | None:
@@ -724,7 +727,7 @@ class SqliteTranscriptReader:
         shape = snap.shape
         point_sid = self._point_session_id(conn, shape, sid, generation)
         source_path = str(self.path)
-        records: list[RawRecord] = []
+        keyed: list[tuple[str | None, RawRecord]] = []
         errors: list[SqliteRowError] = []
         last: _Row | None = None
         more = False
@@ -741,21 +744,79 @@ class SqliteTranscriptReader:
                     reason, detail = row.error or ("payload_missing", "")
                     errors.append(SqliteRowError(sid, row.seq, reason, detail))
                 else:
-                    records.append(RawRecord(self.agent_id, row.data, SourceRef(
-                        kind="sqlite", path=source_path, session_id=sid, seq=row.seq)))
+                    keyed.append((row.key, RawRecord(self.agent_id, row.data, SourceRef(
+                        kind="sqlite", path=source_path, session_id=sid, seq=row.seq))))
         if last is None:
             # Nothing fit (or nothing left): a rewalk is re-detected by the next poll, unchanged.
             return None, more
+        copied = self._copied(conn, shape, sid, [key for key, _ in keyed if key is not None])
+        records = [record for key, record in keyed if key not in copied]
         present = self._present_ids(conn, shape, sid) if rewalk is not None else None
-        cursor = SessionCursor(sid, last.seq + 1, generation, last.key, row_count + len(records) + len(errors))
+        cursor = SessionCursor(sid, last.seq + 1, generation, last.key, row_count + len(keyed) + len(errors))
         batch = SessionBatch(sid, point_sid, tuple(records), tuple(errors), cursor, rewalk is not None, rewalk,
                              present, more, last.created_at)
         return batch, more
+
+    def _copied(self, conn: sqlite3.Connection, shape: _Shape, sid: str, keys: Sequence[str]) -> frozenset[str]:
+        """Which of `keys` (event ids of `sid`) are copies of events another session holds: OpenClaw 2026.9.6
+        makes a rewind a new session of the same key holding a copy of the old one (then a `leaf` row and the
+        new turns), and a fork a session of its own whose first rows are the parent's. Each event is one
+        memory, stored from the session that wrote it first."""
+        if not keys or not shape.identities or shape.layout != "windows":
+            return frozenset()
+        origins = _origin_sessions(conn, shape, sid)
+        found: set[str] = set()
+        for origin in origins:
+            for start in range(0, len(keys), _IN_CHUNK):
+                part = keys[start:start + _IN_CHUNK]
+                rows = conn.execute(
+                    "SELECT event_id FROM transcript_event_identities WHERE session_id = ? AND event_id IN ("
+                    + ",".join("?" * len(part)) + ")", (origin, *part)).fetchall()
+                found.update(_text(row[0]) or "" for row in rows)
+        return frozenset(found)
+
+    def continued(self, session_id: str) -> bool:
+        """Whether a later window of `session_id` holds a copy of it (a rewind: the conversation goes on in
+        the new session, so the key moving on is no end). Asked once per session, when its end is due."""
+        with self._lock:
+            try:
+                shape = self._shape
+                if shape is None or not shape.identities or "previous_session_id" not in shape.window_cols:
+                    return False
+                rows = self._connection().execute(
+                    "SELECT 1 FROM session_windows c"
+                    " JOIN transcript_event_identities a ON a.session_id = c.session_id"
+                    " JOIN transcript_event_identities b ON b.session_id = ? AND b.event_id = a.event_id"
+                    " WHERE c.previous_session_id = ? LIMIT 1", (session_id, session_id)).fetchall()
+                return bool(rows)
+            except sqlite3.Error as exc:
+                self._drop_connection()
+                raise _classify(exc, self.path) from exc
 
     def _present_ids(self, conn: sqlite3.Connection, shape: _Shape, sid: str) -> frozenset[str] | None:
         with self._raw_rows(conn, shape, sid, _SEQ_MIN) as rows:
             ids = frozenset(row.key for row in map(self._decode, rows) if row.data is not None)
         return ids or None
+
+
+_IN_CHUNK = 500  # event ids per IN (...) list: under SQLite's bound-parameter limit on every build
+
+
+def _origin_sessions(conn: sqlite3.Connection, shape: _Shape, sid: str) -> list[str]:
+    """The sessions `sid` may hold copies of: its previous window (a rewind) and the windows of its parent
+    key (a fork). Other windows of the key are a new conversation's, which copies nothing."""
+    cols = shape.window_cols
+    prev = "previous_session_id" if "previous_session_id" in cols else "NULL"
+    parent = "parent_session_key" if "parent_session_key" in cols else "NULL"
+    row = conn.execute(f"SELECT {prev}, {parent} FROM session_windows WHERE session_id = ?", (sid,)).fetchone()
+    if row is None:
+        return []
+    origins = [p] if (p := _text(row[0])) and p != sid else []
+    if key := _text(row[1]):
+        origins += [o for (o_b,) in conn.execute(
+            "SELECT session_id FROM session_windows WHERE session_key = ? AND session_id != ?", (key, sid)).fetchall()
+            if (o := _text(o_b)) and o not in origins]
+    return origins
 
 
 def _classify(exc: sqlite3.Error, path: Path) -> SqliteSourceError:

@@ -200,10 +200,14 @@ class SqliteFeed:
             last_seq = info["last_seq"] if info else None
             drained = not isinstance(last_seq, int) or state.next_seq > last_seq
             if info and info["ended"] and drained and not state.ended_reported and not state.vanished:
+                try:  # a rewind moves the key on to a session holding a copy of this one: the conversation goes on
+                    continued = self._continued(db, sid)
+                except SqliteSourceError:
+                    continue  # asked again after the next poll
                 state.ended_reported = True
                 changed[sid] = state
                 facts = state.session
-                if facts.conversation_entries:
+                if facts.conversation_entries and not continued:
                     pending.append(ConversationEnd(facts.session_id or sid, facts.last_entry_ts,
                                                    facts.session_kind or "unknown", "moved_on", f"{db}#{sid}"))
             if pending:
@@ -218,6 +222,10 @@ class SqliteFeed:
         if changed:
             self._cursors.commit_sqlite(db, changed)
         return ends
+
+    def _continued(self, db: str, sid: str) -> bool:
+        reader = self._readers.get(db)
+        return reader is not None and reader.continued(sid)
 
     def close(self) -> None:
         for reader in self._readers.values():
