@@ -727,7 +727,9 @@ class SqliteTranscriptReader:
         shape = snap.shape
         point_sid = self._point_session_id(conn, shape, sid, generation)
         source_path = str(self.path)
-        keyed: list[tuple[str | None, RawRecord]] = []
+        keyed: list[tuple[str, RawRecord]] = []
+        opened = snap.windows[sid].started_at if sid in snap.windows else None
+        older: list[str] = []  # rows whose event is older than the session: only those can be copies
         errors: list[SqliteRowError] = []
         last: _Row | None = None
         more = False
@@ -746,10 +748,12 @@ class SqliteTranscriptReader:
                 else:
                     keyed.append((row.key, RawRecord(self.agent_id, row.data, SourceRef(
                         kind="sqlite", path=source_path, session_id=sid, seq=row.seq))))
+                    if opened is None or row.created_at is None or row.created_at < opened:
+                        older.append(row.key)
         if last is None:
             # Nothing fit (or nothing left): a rewalk is re-detected by the next poll, unchanged.
             return None, more
-        copied = self._copied(conn, shape, sid, [key for key, _ in keyed if key is not None])
+        copied = self._copied(conn, shape, sid, older)
         records = [record for key, record in keyed if key not in copied]
         present = self._present_ids(conn, shape, sid) if rewalk is not None else None
         cursor = SessionCursor(sid, last.seq + 1, generation, last.key, row_count + len(keyed) + len(errors))
@@ -761,7 +765,8 @@ class SqliteTranscriptReader:
         """Which of `keys` (event ids of `sid`) are copies of events another session holds: OpenClaw 2026.9.6
         makes a rewind a new session of the same key holding a copy of the old one (then a `leaf` row and the
         new turns), and a fork a session of its own whose first rows are the parent's. Each event is one
-        memory, stored from the session that wrote it first."""
+        memory, stored from the session that wrote it first. A copy keeps its event's time, older than the
+        session it is copied into, so rows written since (every live append) cost no lookup."""
         if not keys or not shape.identities or shape.layout != "windows":
             return frozenset()
         origins = _origin_sessions(conn, shape, sid)
