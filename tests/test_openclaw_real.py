@@ -81,6 +81,12 @@ class World:
         assert reply in got.reply, f"unexpected reply {got.reply!r}"
         self.expected.setdefault(agent, []).extend([text, reply])
 
+    def say_all(self, agent: str, turns: list[tuple[str, str]], *, session_key: str | None = None) -> None:
+        """Turns in a row, then wait until veritas-watch has stored them all."""
+        for text, reply in turns:
+            self.say(agent, text, reply, session_key=session_key)
+        self.settle()
+
     def command(self, agent: str, text: str) -> None:
         """A slash command: acted on by the gateway, never a memory."""
         self.gateway.agent(agent, text)
@@ -234,11 +240,9 @@ def drive(w: World) -> None:
     # A side session trimmed to its last lines (`sessions compact --max-lines`): OpenClaw keeps its header and
     # those lines, renumbered, and archives nothing; the session goes on.
     notes = "agent:research:notes"
-    w.say("research", "Notes: the microscope booking moved to room 4.", "Microscope booking, room 4, noted.",
-          session_key=notes)
-    w.say("research", "Notes: the reagent order arrives on Tuesday.", "Reagent order on Tuesday, noted.",
-          session_key=notes)
-    w.settle()
+    w.say_all("research", [("Notes: the microscope booking moved to room 4.", "Microscope booking, room 4, noted."),
+                           ("Notes: the reagent order arrives on Tuesday.", "Reagent order on Tuesday, noted.")],
+              session_key=notes)
     trimmed = json.loads(gw.run("sessions", "compact", notes, "--agent", "research", "--max-lines", "3",
                                 "--json").stdout)
     assert trimmed.get("kept") == 3, trimmed
@@ -246,11 +250,9 @@ def drive(w: World) -> None:
     # A fork and a rewind (the Control UI's, through the gateway's RPC): OpenClaw copies the session's rows into
     # a session of the fork's own key, and for the rewind into a new session of the same key; new turns follow.
     drafts = "agent:research:drafts"
-    w.say("research", "Drafts: the grant report is due in May.", "Grant report due in May, noted.",
-          session_key=drafts)
-    w.say("research", "Drafts: the poster goes to print on Friday.", "Poster to print on Friday, noted.",
-          session_key=drafts)
-    w.settle()
+    w.say_all("research", [("Drafts: the grant report is due in May.", "Grant report due in May, noted."),
+                           ("Drafts: the poster goes to print on Friday.", "Poster to print on Friday, noted.")],
+              session_key=drafts)
     poster = next(r.event["id"] for r in gw.transcript_rows("research")
                   if r.text == "Drafts: the poster goes to print on Friday.")
     forked = json.loads(gw.run("gateway", "call", "sessions.fork", "--params",
