@@ -786,7 +786,8 @@ class SqliteTranscriptReader:
         with self._lock:
             try:
                 shape = self._shape
-                if shape is None or not shape.identities or "previous_session_id" not in shape.window_cols:
+                if (shape is None or not shape.identities or shape.layout != "windows"
+                        or "previous_session_id" not in shape.window_cols):
                     return False
                 rows = self._connection().execute(
                     "SELECT 1 FROM session_windows c"

@@ -334,7 +334,6 @@ def _word_setting(value: str) -> bool:
     )
 
 
-
 # What a regular expression, a format string or a template is written with: such a value under a
 # secret's name is code (`TOKEN_RE = "[A-Za-z0-9]{32}"`), not a random string someone generated.
 _PATTERN_SYNTAX_RE = re.compile(
