@@ -119,7 +119,9 @@ def world(openclaw: OpenClawInstall, tmp_path_factory: pytest.TempPathFactory) -
     root = tmp_path_factory.mktemp("openclaw-real")
     agents = {"main": {"name": "Main"}, "ops": {"name": "Ops"},
               "research": {"name": "Research", "workspace": str(root / "research-workspace")}}
-    heartbeat = {"agents": {"defaults": {"heartbeat": {"agentId": "main", "every": "24h", "target": "none"}}}}
+    heartbeat = {"agents": {"defaults": {"heartbeat": {"agentId": "main", "every": "24h", "target": "none"}}},
+                 # tools offered by name (not behind Tool Search): the mock model calls `sessions_spawn` directly
+                 "tools": {"toolSearch": False}}
     # With a vault recipient, the values behind OpenClaw's masks are captured from its task_runs.
     identity = pyrage.x25519.Identity.generate()
     config = {"credentials": {"vault_recipient": str(identity.to_public())}}
@@ -264,6 +266,67 @@ def drive(w: World) -> None:
           session_key=drafts)
     w.notes["drafts_sessions"] = sorted({r.session_id for r in gw.transcript_rows("research")
                                          if r.text == "Drafts: the grant report is due in May."})
+    runtime_runs(w)
+
+
+# What the runtime runs for itself in an agent's store: sub-agents and automations (cron jobs).
+SPAWN = ("Research: ask a helper to compare the moving company quotes.", "A helper is comparing the quotes.")
+SPAWN_TASK = "Compare three moving company quotes for a 2-bedroom flat in Leeds"
+SPAWN_RESULT = "Cheapest quote: Pennine Movers at 640 pounds."
+FORK = ("Research: fork a helper to check the school catchment.", "A forked helper is checking it.")
+FORK_TASK = "Check the school catchment for Roundhay"
+FORK_RESULT = "Roundhay is inside the Allerton Grange catchment."
+CRON_TASK = "Summarize the overnight build queue"
+CRON_RESULT = "Nightly build queue: 3 jobs green, 1 flaky test in payments."
+
+
+def runtime_runs(w: World) -> None:
+    """Two sub-agents (`sessions_spawn`, one isolated, one forking the conversation) and an isolated cron job on
+    research, a main-session reminder on main; then the isolated child's session is deleted (research's
+    STATE.md is stale: an end that needed a sync would be a gap)."""
+    gw = w.gateway
+    runs = ((*SPAWN, SPAWN_TASK, SPAWN_RESULT, "movers", "isolated"),
+            (*FORK, FORK_TASK, FORK_RESULT, "schools", "fork"))
+    for text, reply, task, result, label, context in runs:
+        gw.model.plan(task, Plan(reply=result))
+        gw.model.plan(text, Plan(reply=reply, tool="sessions_spawn",
+                                 arguments={"task": task, "label": label, "context": context}))
+        gw.agent("research", text)
+        w.expected["research"] += [text, reply]
+
+    def announced() -> dict[str, str]:  # the parent's replies that carry a child's result to the person, by event
+        # id (the forked child holds copies of what the parent said before it)
+        return {r.event["id"]: r.text for r in gw.transcript_rows("research") if r.role == "assistant"
+                and str(r.event["message"].get("__openclaw", {}).get("runId", "")).startswith("announce:")}
+
+    wait_for(lambda: len(announced()) == 2, timeout=180, interval=0.5, what="both sub-agents' results announced")
+    w.notes["announced"] = list(announced().values())
+    w.expected["research"] += w.notes["announced"]
+    job = json.loads(gw.run("cron", "add", "--agent", "research", "--name", "Nightly brief", "--every", "24h",
+                            "--session", "isolated", "--message", CRON_TASK, "--no-deliver", "--json").stdout)
+    gw.model.plan(CRON_TASK, Plan(reply=CRON_RESULT))
+    gw.run("cron", "run", job["id"], "--json")
+    # a main-session job is for the default agent only (OpenClaw refuses it for another)
+    reminder = json.loads(gw.run("cron", "add", "--agent", "main", "--name", "Stretch", "--every", "24h",
+                                 "--session", "main", "--system-event", "Reminder: stand up and stretch",
+                                 "--wake", "now", "--json").stdout)
+    gw.run("cron", "run", reminder["id"], "--json")
+
+    def ran() -> bool:
+        return (any(r.text == CRON_RESULT for r in gw.transcript_rows("research"))
+                and any(r.event.get("message", {}).get("provenance", {}).get("sourceTool") == "cron"
+                        for r in gw.transcript_rows("main")))
+
+    wait_for(ran, timeout=180, interval=0.5, what="both automations ran")
+    w.settle()
+    children = sqlite3.connect(f"file:{gw.agent_db('research')}?mode=ro", uri=True).execute(
+        "SELECT DISTINCT session_key FROM session_windows WHERE spawned_by IS NOT NULL").fetchall()
+    w.notes["subagent_keys"] = sorted(key for (key,) in children)
+    isolated = next(r.session_id for r in gw.transcript_rows("research") if SPAWN_TASK in r.text)
+    w.notes["subagent_deleted"] = isolated
+    key = sqlite3.connect(f"file:{gw.agent_db('research')}?mode=ro", uri=True).execute(
+        "SELECT session_key FROM session_windows WHERE session_id = ?", (isolated,)).fetchone()[0]
+    gw.run("sessions", "delete", key, "--agent", "research", "--yes", "--json")
 
 
 # -- what was stored ----------------------------------------------------------------------------------
@@ -294,7 +357,10 @@ def test_every_conversational_message_is_stored_exactly_once_and_nothing_else(wo
     assert len(secret_lines) == len(world.with_secret.get(agent, [])), secret_lines
     assert all(texts[t] == 1 for t in secret_lines), secret_lines
     extra = set(texts) - set(expected) - set(secret_lines)
-    assert not extra, f"{agent}: stored what is not conversation: {sorted(extra)[:10]}"
+    rows = {r.event.get("id"): r for r in world.gateway.transcript_rows(agent)}
+    where = [(p["payload"]["source"], getattr(rows.get(p["payload"]["entry_id"]), "event", None))
+             for p in points if normal(p["payload"]["data"]) in extra]
+    assert not extra, f"{agent}: stored what is not conversation: {sorted(extra)[:10]} {where[:3]}"
     ids = [p["id"] for p in points]
     assert len(ids) == len(set(ids))
 
@@ -354,7 +420,7 @@ def test_a_deleted_session_is_a_session_end(world: World) -> None:
 
 def test_a_finished_run_is_not_a_session_end_even_after_a_restart(world: World) -> None:
     windows = sqlite3.connect(f"file:{world.gateway.agent_db('research')}?mode=ro", uri=True).execute(
-        "SELECT status, ended_at FROM session_windows").fetchall()
+        "SELECT status, ended_at FROM session_windows WHERE spawned_by IS NULL").fetchall()  # a person's runs
     assert windows and all(status == "done" and ended_at for status, ended_at in windows), windows
     assert not gaps(world.gaps_before_restart, "research")
     again = [g for g in world.gaps_after_restart if g.get("session") != world.notes["offline_session"]]
@@ -363,7 +429,7 @@ def test_a_finished_run_is_not_a_session_end_even_after_a_restart(world: World) 
 
 def test_a_compaction_is_neither_memory_nor_a_session_end(world: World) -> None:
     rows = world.gateway.transcript_rows("research")
-    compaction = next(r for r in rows if r.type == "compaction")
+    compaction = min((r for r in rows if r.type == "compaction"), key=lambda r: r.created_at)  # not a fork's copy
     summary = str(compaction.event.get("summary") or "")
     assert "lab" in summary.lower(), "OpenClaw's summary should repeat the conversation"
     after = [r for r in rows if r.seq > compaction.seq and r.session_id == compaction.session_id and r.role == "user"]
@@ -404,6 +470,27 @@ def test_a_fork_and_a_rewind_store_each_turn_once_and_end_no_conversation(world:
         assert texts[text] == 1, (text, texts[text])
     ends = [e for e in world.daemon.events("conversation_ended") if e.get("agent") == "research"]
     assert not ends, f"a fork or a rewind ended a conversation: {ends}"
+
+
+def test_subagent_and_automation_runs_are_not_memory_and_end_no_conversation(world: World) -> None:
+    """Sub-agents and cron jobs run in sessions of their own (OpenClaw's memory does not promote them either):
+    their briefs, prompts, work and results are not stored; what a child found reaches memory once, in the
+    parent's reply to the person (counted by the exact-once test above). Deleting a child's session is no gap."""
+    assert len(world.notes["subagent_keys"]) == 2, world.notes["subagent_keys"]
+    assert all(":subagent:" in key for key in world.notes["subagent_keys"])
+    stored = [p["payload"] for p in points_of(world, "research")]
+    data = " ".join(p["data"] for p in stored)
+    for runtime_text in ("[Subagent", SPAWN_TASK, FORK_TASK, "[cron:", CRON_TASK, CRON_RESULT):
+        assert runtime_text not in data, runtime_text
+    main = " ".join(p["payload"]["data"] for p in points_of(world, "main"))
+    assert "cron wake" not in main and "stand up and stretch" not in main
+    for result in (SPAWN_RESULT, FORK_RESULT):  # stored only where the parent's reply says it
+        assert result not in data or any(result in text for text in world.notes["announced"]), result
+    child_sessions = {r.session_id for r in world.gateway.transcript_rows("research") if FORK_TASK in r.text}
+    assert child_sessions and not [p for p in stored if p["session_id"] in child_sessions], "a fork child's copies"
+    assert not gaps(world.gaps_before_restart, "research")
+    archives = list(world.gateway.sessions_dir("research").glob(f"{world.notes['subagent_deleted']}.jsonl.deleted.*"))
+    assert len(archives) == 1, "OpenClaw archived the deleted child session"
 
 
 def test_a_session_created_and_deleted_while_stopped_is_read_from_its_archive(world: World) -> None:

@@ -281,3 +281,32 @@ def test_a_cron_prompt_in_a_persons_session_keeps_what_the_person_says_after_it(
                             cron_only, fallback_session="s", redact_key=b"k" * 32, max_line_bytes=1 << 20,
                             chunk_chars=2000, chunk_overlap=0)
     assert out.chunks == [] and out.skipped["cron_session"] == 3 and cron_only.session_kind == "cron"
+
+
+def test_a_subagent_session_is_not_memory_until_a_person_types_in_it() -> None:
+    """A `sessions_spawn` child (seen on the real OpenClaw 2026.9.6): its brief, its work and its result are
+    the runtime's (OpenClaw's own memory does not promote them either); the parent's reply carries the result
+    to the person. A visible child session a person goes on typing in is their conversation from then on."""
+    def record(seq: int, event: dict[str, object]) -> RawRecord:
+        return RawRecord(AGENT, json.dumps(event).encode(), SourceRef("sqlite", "db", session_id="c", seq=seq))
+
+    brief = ("[Subagent Context] You are running as a subagent (depth 1/5). Complete the current [Subagent Task]; "
+             "inherited conversation is background context, not your assignment.\n\n[Subagent Task]\n\n"
+             "Compare three moving company quotes\n\nBegin. Execute the assigned task to completion.")
+    child = SessionState("c")
+    records = [record(1, msg(brief, event_id="b1", ts="2026-11-30T08:00:00Z")),
+               record(2, msg("Cheapest quote: Pennine Movers at 640 pounds.", "assistant", event_id="r1",
+                             ts="2026-11-30T08:00:30Z"))]
+    out = transform_records(records, child, fallback_session="c", redact_key=b"k" * 32, max_line_bytes=1 << 20,
+                            chunk_chars=2000, chunk_overlap=0)
+    assert out.chunks == [] and out.skipped["subagent_session"] == 2 and child.session_kind == "subagent"
+
+    visible = SessionState("c")
+    records += [record(3, msg("Can you ask Pennine about Saturday slots?", event_id="u1", ts="2026-11-30T09:00:00Z")),
+                record(4, msg("Pennine has Saturday slots at 8 and 13.", "assistant", event_id="a1",
+                              ts="2026-11-30T09:00:20Z")),
+                record(5, reset_event("new", "2026-11-30T10:00:00.000Z"))]
+    out = transform_records(records, visible, fallback_session="c", redact_key=b"k" * 32, max_line_bytes=1 << 20,
+                            chunk_chars=2000, chunk_overlap=0)
+    assert [c.entry.entry_id for c in out.chunks] == ["u1", "a1"]
+    assert [(e.session_kind, e.ended_at) for e in out.ends] == [("conversation", "2026-11-30T09:00:20.000Z")]

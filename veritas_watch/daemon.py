@@ -30,7 +30,7 @@ from veritas_watch.features.capture import CredentialCapture, NoCapture
 from veritas_watch.features.gaps.service import GapService, NoGaps
 from veritas_watch.http.app import NoHttp, start_http
 from veritas_watch.metrics import DaemonMetrics
-from veritas_watch.model import ConversationEnd, RawRecord, SessionState, SourceRef
+from veritas_watch.model import RUNTIME_SESSIONS, ConversationEnd, RawRecord, SessionState, SourceRef
 from veritas_watch.openclaw import AgentDirs, iter_agents, session_stem
 from veritas_watch.owner import DataDirOwned, OwnerLock, StartupError
 from veritas_watch.pipeline import (
@@ -529,7 +529,10 @@ class Running:
     async def _conversation_ended(self, agent_id: str, end: ConversationEnd) -> None:
         """Every source's session ends come through here: logged once, handed to gap detection. A session
         deleted while the daemon was stopped is ended by its archive and again by the SQLite store: the same
-        end (agent, session, last entry time) is told once (the last RECENT_ENDS remembered)."""
+        end (agent, session, last entry time) is told once (the last RECENT_ENDS remembered). The end of a
+        cron job's or a sub-agent's session is no conversation's (the sync's own cron run among them)."""
+        if end.session_kind in RUNTIME_SESSIONS:
+            return
         key = (agent_id, end.session_id, end.ended_at)
         if key in self._recent_ends:
             return

@@ -23,6 +23,10 @@ Role = Literal["user", "assistant"]
 # `working` while tools run for it), a heartbeat/cron poll's (`background`), or the `/new` greeting's.
 TurnKind = Literal["conversation", "working", "background", "greeting"]
 _TURN_KINDS = frozenset(get_args(TurnKind))
+# What a session is (denoise.session_kind, from its first user message): a person's conversation, or a run
+# OpenClaw does for itself, a cron job's or a sub-agent's, whose session is no memory and whose end needs no sync.
+SessionKind = Literal["unknown", "conversation", "cron", "subagent"]
+RUNTIME_SESSIONS: frozenset[str] = frozenset({"cron", "subagent"})
 
 
 def restore_turn(value: object) -> TurnKind:
@@ -221,7 +225,7 @@ class SessionState:
     """What a source learned about a session while reading it (kept in its cursor)."""
 
     session_id: str | None
-    session_kind: str = "unknown"  # unknown | conversation | cron
+    session_kind: str = "unknown"  # a SessionKind (str: read back from cursors as written)
     last_entry_ts: str | None = None
     turn: TurnKind = "conversation"
     previous_text: str | None = None  # the last stored turn (redacted, clipped): context for the next one
@@ -288,7 +292,7 @@ class ConversationEnd:
 
     session_id: str  # the point session id
     ended_at: str | None  # the conversation's last entry time (ISO, UTC)
-    session_kind: str  # conversation | cron | unknown
+    session_kind: str  # a SessionKind
     reason: str  # the reset's reason (new, reset, idle, daily, ...) or "deleted"
     transcript: str  # where it ended: the reset event (`db#session:seq`) or the session
     seq: int | None = None  # the reset event's seq, when there is one

@@ -26,6 +26,7 @@ import structlog
 from veritas_watch.embedding import Embedder, cross_language_of
 from veritas_watch.footprint import Footprint, drop_mapped_pages, footprint, rss_mb
 from veritas_watch.model import (
+    RUNTIME_SESSIONS,
     Chunk,
     ConversationEnd,
     Entry,
@@ -46,8 +47,8 @@ from veritas_watch.transforms.denoise import (
     detection_text,
     first_user_text,
     history_messages,
-    is_cron_prompt,
     next_turn,
+    session_kind,
 )
 from veritas_watch.transforms.parse import parse_line
 from veritas_watch.transforms.redact import redact, redact_with_matches
@@ -129,15 +130,16 @@ def transform_records(records: Sequence[RawRecord], state: SessionState, *, fall
             out.skipped["conversation_reset"] += 1
             continue
         if state.session_kind == "unknown" and (first := first_user_text(line)) is not None:
-            state.session_kind = "cron" if is_cron_prompt(first) else "conversation"
-        elif state.session_kind == "cron" and _a_person_speaks(line, state):
+            state.session_kind = session_kind(first)
+        elif state.session_kind in RUNTIME_SESSIONS and _a_person_speaks(line, state):
             # What began as a cron run is a person's conversation: OpenClaw puts a prompt sent with
             # `openclaw agent --message "[cron:..."` (the gap hook's) into the agent's main session, after
             # the reset that ended the last conversation. The prompt and its reply stay skipped (a background
             # turn); what the person says from here on is memory, and the conversation's end is reported.
+            # A sub-agent session a person goes on typing in (`sessions_spawn` with `visible: true`) likewise.
             state.session_kind = "conversation"
-        if state.session_kind == "cron":
-            out.skipped["cron_session"] += 1
+        if state.session_kind in RUNTIME_SESSIONS:
+            out.skipped[f"{state.session_kind}_session"] += 1
             continue
         cleaned = clean_message(line, turn=state.turn)
         state.turn = next_turn(state.turn, line, cleaned)

@@ -11,8 +11,10 @@ the other labels; the newer `<Label>: ⟦openclaw:ctx⟧` blocks, fenced or not;
 it), envelope prefixes (`[Tue 2026-03-17 07:08 GMT+9] `, `[webchat user +5m host 2026-03-17 07:08
 UTC] `: any bracket at a line start holding a date and time), `[message_id: X]` tags, generated
 `System: [<time>] ...` lines, the queued-messages banner and its `---` / `Queued #N` separators,
-`[media attached: ...]` lines and the "To send an image back" hint, the task-binding block and
-`<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>` blocks. Stripped from assistant text: reply tags
+`[media attached: ...]` lines and the "To send an image back" hint, the task-binding block,
+`<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>` blocks and the older `OpenClaw runtime context (internal):`
+block that carried a sub-agent's `[Internal task completion event]`s (cut where OpenClaw's own
+`stripLegacyInternalRuntimeContext` cuts it). Stripped from assistant text: reply tags
 (`[[reply_to_current]]`, `[[reply_to:<id>]]`, `[[audio_as_voice]]`), inline `<think>` blocks,
 `<final>` tags and `MEDIA:` delivery lines.
 Images become `[image]` (media placeholders `<media:kind>` become `[kind]`); thinking blocks are
@@ -23,6 +25,11 @@ External content (`<<<EXTERNAL_UNTRUSTED_CONTENT ...>>>` ... `<<<END_EXTERNAL_UN
 with its `SECURITY NOTICE` banner) is replaced by `[external content]`, inner text dropped: it is
 neither party's words (emails, web pages, attached files fed in by hooks), it can be huge, and
 storing it would let an injected instruction come back later through recall as trusted memory.
+
+Sub-agents (`sessions_spawn`): the child run starts with a `[Subagent Context]` / `[Subagent Task]`
+brief the parent model wrote, skipped (`subagent_task`) like a cron prompt; the session it opens is a
+sub-agent session (`session_kind`), not memory, as OpenClaw's own memory treats it. What the child
+found reaches the person through the parent's reply, which is stored in the parent's session.
 
 Turn context: a reply to a heartbeat, cron or other runtime-generated prompt is background traffic
 even when it carries no `HEARTBEAT_OK` (status reports, "nothing urgent" notes), unless the heartbeat
@@ -48,7 +55,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final, Literal
 
-from veritas_watch.model import ParsedLine, Role, Skip, TurnKind
+from veritas_watch.model import ParsedLine, Role, SessionKind, Skip, TurnKind
 from veritas_watch.transforms.parse import epoch_ms_to_iso, replace_surrogates
 
 # ---- skip reasons (stable: metrics and logs key on them) ------------------------------------------
@@ -66,6 +73,7 @@ HEARTBEAT_ACK: Final = "heartbeat_ack"
 BACKGROUND_REPLY: Final = "background_reply"  # assistant text answering a heartbeat/cron/scheduled prompt
 SESSION_GREETING: Final = "session_greeting"  # the assistant's reply to the `/new` / `/reset` start-up prompt
 CRON_PROMPT: Final = "cron_prompt"
+SUBAGENT_TASK: Final = "subagent_task"  # the `[Subagent Context]` / `[Subagent Task]` brief a sub-agent run starts with
 SCHEDULED_PROMPT: Final = "scheduled_prompt"  # runtime prompt (custom heartbeat...) with a Current time trailer
 SESSION_RESET_PROMPT: Final = "session_reset_prompt"
 SYSTEM_LINE: Final = "system_line"  # nothing but `System: [...]` event lines
@@ -92,6 +100,7 @@ SkipReason = Literal[
     "background_reply",
     "session_greeting",
     "cron_prompt",
+    "subagent_task",
     "scheduled_prompt",
     "session_reset_prompt",
     "system_line",
@@ -119,6 +128,7 @@ SKIP_REASONS: Final[frozenset[str]] = frozenset(
         BACKGROUND_REPLY,
         SESSION_GREETING,
         CRON_PROMPT,
+        SUBAGENT_TASK,
         SCHEDULED_PROMPT,
         SESSION_RESET_PROMPT,
         SYSTEM_LINE,
@@ -133,7 +143,7 @@ SKIP_REASONS: Final[frozenset[str]] = frozenset(
 )
 
 # Skips of user lines that open a background turn (the reply that follows is not conversation).
-_BACKGROUND_PROMPTS: Final = frozenset({HEARTBEAT_POLL, CRON_PROMPT, SCHEDULED_PROMPT})
+_BACKGROUND_PROMPTS: Final = frozenset({HEARTBEAT_POLL, CRON_PROMPT, SUBAGENT_TASK, SCHEDULED_PROMPT})
 # Assistant lines that are work towards a reply, not the reply: the person's request is still open.
 _TOOL_WORK: Final = frozenset({TOOL_ONLY, TOOL_TURN_NARRATION})
 # Assistant lines that say nothing about where the turn stands (a failed call, a copy, a hidden line).
@@ -217,6 +227,18 @@ _CURRENT_TIME_TRAILER = re.compile(
 )
 _INTER_SESSION = re.compile(r"\[?Inter-session message\b")
 _CRON_PREFIX: Final = "[cron:"
+# OpenClaw's sub-agent brief: `[Subagent Context] You are running as a subagent (depth 1/5) ...` then
+# `[Subagent Task]` and the task (2026.9); older builds `[Subagent Task]: <task>`.
+_SUBAGENT_PREFIXES: Final = ("[Subagent Context]", "[Subagent Task]")
+# OpenClaw's older runtime-context block (`internal-runtime-context.ts`, LEGACY_*): a header, then one or more
+# completion events, each `[Internal task completion event]` ... the child's result between delimiters ...
+# `Action:` and one paragraph, separated by `---`.
+_LEGACY_CONTEXT_HEADER: Final = ("OpenClaw runtime context (internal):\nThis context is runtime-generated, "
+                                 "not user-authored. Keep internal details private.\n\n")
+_LEGACY_EVENT: Final = "[Internal task completion event]"
+_LEGACY_EVENT_SEPARATOR: Final = "\n\n---\n\n"
+_LEGACY_RESULT_BEGIN: Final = "<<<BEGIN_UNTRUSTED_CHILD_RESULT>>>"
+_LEGACY_RESULT_END: Final = "<<<END_UNTRUSTED_CHILD_RESULT>>>"
 _SLASH_COMMAND = re.compile(r"/[a-z][a-z0-9_-]{0,31}")
 
 _REPLY_TAG = re.compile(r"\[\[\s*(?:reply_to_current|reply_to\s*:[^\]\n]*|audio_as_voice)\s*\]\]", re.I)
@@ -269,6 +291,7 @@ class _Stripped:
     queued: bool
     media: bool
     external: bool
+    internal: bool  # a runtime-context block (a sub-agent's completion event) was there
 
 
 def clean_message(line: ParsedLine, *, turn: TurnKind = "conversation") -> tuple[Role, str] | Skip:
@@ -337,6 +360,16 @@ def is_cron_prompt(text: str) -> bool:
     A session whose first user message is a cron prompt is a cron session: skip it whole.
     """
     return _strip_user(text).text.startswith(_CRON_PREFIX)
+
+
+def session_kind(first_user_text: str) -> SessionKind:
+    """What a session is, from its first user message (scaffolding stripped, as `first_user_text` gives it):
+    a cron run's, a sub-agent run's (its brief), or a person's conversation."""
+    if first_user_text.startswith(_CRON_PREFIX):
+        return "cron"
+    if first_user_text.startswith(_SUBAGENT_PREFIXES):
+        return "subagent"
+    return "conversation"
 
 
 def detection_text(line: ParsedLine) -> str:
@@ -409,6 +442,8 @@ def _clean_user(line: ParsedLine) -> tuple[Role, str] | Skip:
     stripped = _strip_user(_joined_text(line))
     text = stripped.text
     if not text:
+        if stripped.internal:
+            return Skip(INTERNAL_PROVENANCE)
         if stripped.external:
             return Skip(EXTERNAL_CONTENT)
         if stripped.queued:
@@ -424,6 +459,8 @@ def _clean_user(line: ParsedLine) -> tuple[Role, str] | Skip:
         return Skip(HEARTBEAT_POLL)
     if text.startswith(_CRON_PREFIX):
         return Skip(CRON_PROMPT)
+    if text.startswith(_SUBAGENT_PREFIXES):
+        return Skip(SUBAGENT_TASK)
     if _INTER_SESSION.match(text):
         return Skip(INTERNAL_PROVENANCE)
     if not stripped.channel:
@@ -444,10 +481,12 @@ def _clean_user(line: ParsedLine) -> tuple[Role, str] | Skip:
 
 def _strip_user(text: str, history: list[list[str]] | None = None) -> _Stripped:
     """Strip the scaffolding; with `history`, also collect the lines of each chat-history block stripped."""
-    channel = system = queued = media = external = False
+    channel = system = queued = media = external = internal = False
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     if "<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>" in text:
         text = _INTERNAL_CONTEXT.sub("", text)
+    if _LEGACY_CONTEXT_HEADER in text:
+        text, internal = _strip_legacy_runtime_context(text)
     if "<active_memory_plugin>" in text:
         text, found = _ACTIVE_MEMORY.subn("", text)
         channel = channel or found > 0
@@ -472,7 +511,51 @@ def _strip_user(text: str, history: list[list[str]] | None = None) -> _Stripped:
             channel = True
     if "<media:" in text:
         text = _MEDIA_PLACEHOLDER.sub(r"[\1]", text)
-    return _Stripped(_collapse(text), channel, system, queued, media, external)
+    return _Stripped(_collapse(text), channel, system, queued, media, external, internal)
+
+
+def _strip_legacy_runtime_context(text: str) -> tuple[str, bool]:
+    """Cut every older runtime-context block with its completion events, as OpenClaw's own
+    `stripLegacyInternalRuntimeContext` does (the same ends, so the same text is left); True if one was cut."""
+    found = False
+    search_from = 0
+    while (start := text.find(_LEGACY_CONTEXT_HEADER, search_from)) != -1:
+        event = start + len(_LEGACY_CONTEXT_HEADER)
+        if not text.startswith(_LEGACY_EVENT, event):
+            search_from = event
+            continue
+        end = _legacy_event_end(text, event)
+        if end is None:
+            paragraph = text.find("\n\n", event + len(_LEGACY_EVENT))
+            end = len(text) if paragraph == -1 else paragraph
+        else:
+            while text.startswith(_LEGACY_EVENT_SEPARATOR + _LEGACY_EVENT, end):
+                following = _legacy_event_end(text, end + len(_LEGACY_EVENT_SEPARATOR))
+                if following is None:
+                    break
+                end = following
+        before, after = text[:start].rstrip(), text[end:].lstrip()
+        text = f"{before}\n\n{after}" if before and after else before + after
+        search_from = max(0, len(before) - 1)
+        found = True
+    return text, found
+
+
+def _legacy_event_end(text: str, start: int) -> int | None:
+    """Where one completion event ends: the paragraph after its `Action:` line (None: not that shape)."""
+    if not text.startswith(_LEGACY_EVENT, start):
+        return None
+    begin = text.find(_LEGACY_RESULT_BEGIN, start + len(_LEGACY_EVENT))
+    end = text.find(_LEGACY_RESULT_END, begin + len(_LEGACY_RESULT_BEGIN)) if begin != -1 else -1
+    action = text.find("\n\nAction:\n", end + len(_LEGACY_RESULT_END)) if end != -1 else -1
+    if action == -1:
+        return None
+    after_action = action + len("\n\nAction:\n")
+    following = text.find(_LEGACY_EVENT_SEPARATOR + _LEGACY_EVENT, after_action)
+    if following != -1:
+        return following
+    paragraph = text.find("\n\n", after_action)
+    return len(text) if paragraph == -1 else paragraph
 
 
 def _strip_scaffold_lines(

@@ -67,8 +67,8 @@ class GapService:
         """A conversation a source saw end (a reset, a deletion, an archived transcript): check it now, or
         with the start-up scan when the first pass over the backlog is not done yet."""
         ended_at = _ended_at(end.ended_at)
-        if end.session_kind == "cron" or ended_at is None or not self.wanted(agent_id):
-            return  # cron runs (the sync itself among them) and empty sessions need no sync
+        if ended_at is None or not self.wanted(agent_id):
+            return  # an empty conversation needs no sync
         ended = EndedSession(agent_id, end.session_id, end.transcript, ended_at, self.workspace(agent_id))
         if self.first_pass_done:
             gap = await self.detector.session_ended(ended.agent_id, ended.session_id, ended.transcript,
