@@ -16,7 +16,6 @@ from veritas_watch.transforms.denoise import (
     clean_message,
     detection_text,
     first_user_text,
-    is_cron_prompt,
     next_turn,
     session_kind,
 )
@@ -329,9 +328,14 @@ def test_cron_prompts() -> None:
     assert skipped(clean_message(user(prompt))) == "cron_prompt"
     by_provenance = user("Summarise.", provenance_kind="internal_system", provenance_source="cron")
     assert skipped(clean_message(by_provenance)) == "cron_prompt"
-    assert is_cron_prompt(prompt)
-    assert is_cron_prompt(SENDER_TUI + "[Fri 2026-03-13 00:00 GMT+9] [cron:8f2d Daily digest] go")
-    assert not is_cron_prompt("remind me about [cron: jobs] tomorrow")
+    def kind(text: str) -> str:
+        first = first_user_text(user(text))
+        assert first is not None
+        return session_kind(first)
+
+    assert kind(prompt) == "cron"
+    assert kind(SENDER_TUI + "[Fri 2026-03-13 00:00 GMT+9] [cron:8f2d Daily digest] go") == "cron"
+    assert kind("remind me about [cron: jobs] tomorrow") == "conversation"
     dated_name = "[cron:8f2d Report 2026-03-13 09:00] Summarise.\nCurrent time: Friday (UTC) / 2026-03-13 00:00 UTC"
     assert skipped(clean_message(user(dated_name))) == "cron_prompt"
     assert first_user_text(user(SENDER_TUI + "[Tue 2026-03-17 07:08 GMT+9] はくあ？")) == "はくあ？"

@@ -354,17 +354,10 @@ def first_user_text(line: ParsedLine) -> str | None:
     return _strip_user(_joined_text(line)).text
 
 
-def is_cron_prompt(text: str) -> bool:
-    """True for a cron run's prompt (`[cron:<jobId> <name>] ...`), envelope and metadata allowed before it.
-
-    A session whose first user message is a cron prompt is a cron session: skip it whole.
-    """
-    return _strip_user(text).text.startswith(_CRON_PREFIX)
-
-
 def session_kind(first_user_text: str) -> SessionKind:
     """What a session is, from its first user message (scaffolding stripped, as `first_user_text` gives it):
-    a cron run's, a sub-agent run's (its brief), or a person's conversation."""
+    a cron run's (`[cron:<jobId> <name>] ...`), a sub-agent run's (its brief), or a person's conversation.
+    A cron or sub-agent session is skipped whole (until a person speaks in it)."""
     if first_user_text.startswith(_CRON_PREFIX):
         return "cron"
     if first_user_text.startswith(_SUBAGENT_PREFIXES):
