@@ -429,7 +429,10 @@ def test_a_finished_run_is_not_a_session_end_even_after_a_restart(world: World) 
 
 def test_a_compaction_is_neither_memory_nor_a_session_end(world: World) -> None:
     rows = world.gateway.transcript_rows("research")
-    compaction = min((r for r in rows if r.type == "compaction"), key=lambda r: r.created_at)  # not a fork's copy
+    main = {sid for (sid,) in sqlite3.connect(f"file:{world.gateway.agent_db('research')}?mode=ro", uri=True).execute(
+        "SELECT session_id FROM session_windows WHERE session_key = 'agent:research:main'")}
+    # the row OpenClaw wrote, not the forked child's copy of it (a copy keeps the event and its time)
+    compaction = next(r for r in rows if r.type == "compaction" and r.session_id in main)
     summary = str(compaction.event.get("summary") or "")
     assert "lab" in summary.lower(), "OpenClaw's summary should repeat the conversation"
     after = [r for r in rows if r.seq > compaction.seq and r.session_id == compaction.session_id and r.role == "user"]
