@@ -267,6 +267,7 @@ def drive(w: World) -> None:
     w.notes["drafts_sessions"] = sorted({r.session_id for r in gw.transcript_rows("research")
                                          if r.text == "Drafts: the grant report is due in May."})
     runtime_runs(w)
+    agent_to_agent(w)
 
 
 # What the runtime runs for itself in an agent's store: sub-agents and automations (cron jobs).
@@ -278,6 +279,37 @@ FORK_TASK = "Check the school catchment for Roundhay"
 FORK_RESULT = "Roundhay is inside the Allerton Grange catchment."
 CRON_TASK = "Summarize the overnight build queue"
 CRON_RESULT = "Nightly build queue: 3 jobs green, 1 flaky test in payments."
+
+
+A2A = ("Please ask ops when the VPN gateway was replaced.", "I asked Ops about the VPN gateway.")
+A2A_QUESTION = "Main asks: when was the VPN gateway replaced?"
+A2A_ANSWER = "The VPN gateway was replaced on Monday."
+
+
+def agent_to_agent(w: World) -> None:
+    """main's person asks; main asks ops through `sessions_send` (ops answers, then OpenClaw lets the two agents
+    go on in a ping-pong of a few turns, each answered by the mock's default reply)."""
+    gw = w.gateway
+    gw.model.plan(A2A_QUESTION, Plan(reply=A2A_ANSWER))
+    gw.model.plan(A2A[0], Plan(reply=A2A[1], tool="sessions_send", arguments={
+        "sessionKey": "agent:ops:main", "message": A2A_QUESTION, "timeoutSeconds": 120}))
+    gw.agent("main", A2A[0])
+    w.expected["main"] += list(A2A)
+
+    def a2a_rows() -> int:
+        return sum(1 for agent in ("main", "ops") for r in gw.transcript_rows(agent)
+                   if r.event.get("message", {}).get("provenance", {}).get("kind") == "inter_session")
+
+    seen: list[tuple[float, int]] = []
+
+    def quiet() -> bool:  # the ping-pong is over: no inter-session row for 8 s
+        count = a2a_rows()
+        if not seen or seen[-1][1] != count:
+            seen.append((time.monotonic(), count))
+        return count >= 2 and time.monotonic() - seen[-1][0] > 8
+
+    wait_for(quiet, timeout=240, interval=0.5, what="the agents' ping-pong settled")
+    w.notes["a2a_rows"] = a2a_rows()
 
 
 def runtime_runs(w: World) -> None:
@@ -494,6 +526,19 @@ def test_subagent_and_automation_runs_are_not_memory_and_end_no_conversation(wor
     assert not gaps(world.gaps_before_restart, "research")
     archives = list(world.gateway.sessions_dir("research").glob(f"{world.notes['subagent_deleted']}.jsonl.deleted.*"))
     assert len(archives) == 1, "OpenClaw archived the deleted child session"
+
+
+def test_what_agents_say_to_each_other_is_not_memory(world: World) -> None:
+    """`sessions_send`: main's person asks, main asks ops, ops answers main, and the two agents go on in a
+    ping-pong. Only the person's question and main's answer to them are memories (the exact-once test counts
+    them); ops' answer and every reply in the ping-pong went to the other agent, not to a person."""
+    main, ops = (world.gateway.transcript_rows(agent) for agent in ("main", "ops"))
+    assert any(r.text == A2A_ANSWER for r in ops), "ops answered through OpenClaw"
+    assert [r for r in main if r.role == "user" and A2A_ANSWER in r.text], "the answer came back to main"
+    assert world.notes["a2a_rows"] >= 4, "OpenClaw's ping-pong"
+    for agent in ("main", "ops"):
+        data = " ".join(p["payload"]["data"] for p in points_of(world, agent))
+        assert A2A_ANSWER not in data and "Inter-session" not in data and A2A_QUESTION not in data, agent
 
 
 def test_a_session_created_and_deleted_while_stopped_is_read_from_its_archive(world: World) -> None:

@@ -31,6 +31,12 @@ brief the parent model wrote, skipped (`subagent_task`) like a cron prompt; the 
 sub-agent session (`session_kind`), not memory, as OpenClaw's own memory treats it. What the child
 found reaches the person through the parent's reply, which is stored in the parent's session.
 
+Agent to agent (`sessions_send`): what another session says to this one arrives as an `[Inter-session
+message]` (provenance `inter_session`, source tool `sessions_send`); it is skipped (`agent_to_agent`) and
+the reply to it goes back to that session, not to a person: background, like the ping-pong that follows.
+The asking agent's answer to its person is memory. Other inter-session messages (an older sub-agent
+announce) stay `internal_provenance`, and the reply to them, which carries a result to the person, is kept.
+
 Turn context: a reply to a heartbeat, cron or other runtime-generated prompt is background traffic
 even when it carries no `HEARTBEAT_OK` (status reports, "nothing urgent" notes), unless the heartbeat
 arrived while a person's request was still being worked on (see `next_turn`); the reply to the
@@ -68,6 +74,7 @@ TOOL_TURN_NARRATION: Final = "tool_turn_narration"  # assistant text beside tool
 ASSISTANT_ERROR: Final = "assistant_error"  # failed/aborted model call, no text
 DELIVERY_MIRROR: Final = "delivery_mirror"  # provider "openclaw": delivery-mirror / gateway-injected copies
 INTERNAL_PROVENANCE: Final = "internal_provenance"  # internal_system (non heartbeat/cron/exec), inter_session
+AGENT_TO_AGENT: Final = "agent_to_agent"  # what another session said to this one through `sessions_send`
 HEARTBEAT_POLL: Final = "heartbeat_poll"
 HEARTBEAT_ACK: Final = "heartbeat_ack"
 BACKGROUND_REPLY: Final = "background_reply"  # assistant text answering a heartbeat/cron/scheduled prompt
@@ -95,6 +102,7 @@ SkipReason = Literal[
     "assistant_error",
     "delivery_mirror",
     "internal_provenance",
+    "agent_to_agent",
     "heartbeat_poll",
     "heartbeat_ack",
     "background_reply",
@@ -123,6 +131,7 @@ SKIP_REASONS: Final[frozenset[str]] = frozenset(
         ASSISTANT_ERROR,
         DELIVERY_MIRROR,
         INTERNAL_PROVENANCE,
+        AGENT_TO_AGENT,
         HEARTBEAT_POLL,
         HEARTBEAT_ACK,
         BACKGROUND_REPLY,
@@ -143,7 +152,7 @@ SKIP_REASONS: Final[frozenset[str]] = frozenset(
 )
 
 # Skips of user lines that open a background turn (the reply that follows is not conversation).
-_BACKGROUND_PROMPTS: Final = frozenset({HEARTBEAT_POLL, CRON_PROMPT, SUBAGENT_TASK, SCHEDULED_PROMPT})
+_BACKGROUND_PROMPTS: Final = frozenset({HEARTBEAT_POLL, CRON_PROMPT, SUBAGENT_TASK, SCHEDULED_PROMPT, AGENT_TO_AGENT})
 # Assistant lines that are work towards a reply, not the reply: the person's request is still open.
 _TOOL_WORK: Final = frozenset({TOOL_ONLY, TOOL_TURN_NARRATION})
 # Assistant lines that say nothing about where the turn stands (a failed call, a copy, a hidden line).
@@ -226,6 +235,8 @@ _CURRENT_TIME_TRAILER = re.compile(
     r"(?: / \d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC|\nReference UTC: \d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC)\s*\Z"
 )
 _INTER_SESSION = re.compile(r"\[?Inter-session message\b")
+# The tool of one agent (or session) talking to another: its reply goes back to that session, not to a person.
+_AGENT_TO_AGENT_TOOL: Final = "sessions_send"
 _CRON_PREFIX: Final = "[cron:"
 # OpenClaw's sub-agent brief: `[Subagent Context] You are running as a subagent (depth 1/5) ...` then
 # `[Subagent Task]` and the task (2026.9); older builds `[Subagent Task]: <task>`.
@@ -422,7 +433,7 @@ def history_messages(line: ParsedLine) -> list[HistoryMessage]:
 def _clean_user(line: ParsedLine) -> tuple[Role, str] | Skip:
     kind, source = line.provenance_kind, line.provenance_source
     if kind == "inter_session":
-        return Skip(INTERNAL_PROVENANCE)
+        return Skip(AGENT_TO_AGENT if source == _AGENT_TO_AGENT_TOOL else INTERNAL_PROVENANCE)
     if kind == "internal_system":
         if source == "heartbeat":
             return Skip(HEARTBEAT_POLL)
@@ -455,7 +466,8 @@ def _clean_user(line: ParsedLine) -> tuple[Role, str] | Skip:
     if text.startswith(_SUBAGENT_PREFIXES):
         return Skip(SUBAGENT_TASK)
     if _INTER_SESSION.match(text):
-        return Skip(INTERNAL_PROVENANCE)
+        header = text.partition("\n")[0]
+        return Skip(AGENT_TO_AGENT if f"sourceTool={_AGENT_TO_AGENT_TOOL}" in header else INTERNAL_PROVENANCE)
     if not stripped.channel:
         # No channel scaffolding at all: a prompt the runtime wrote. Heartbeat prompts are
         # configurable, so beyond the default wording rely on the runtime's own markers.
