@@ -18,7 +18,7 @@ import re
 import sqlite3
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -277,6 +277,10 @@ SPAWN_RESULT = "Cheapest quote: Pennine Movers at 640 pounds."
 FORK = ("Research: fork a helper to check the school catchment.", "A forked helper is checking it.")
 FORK_TASK = "Check the school catchment for Roundhay"
 FORK_RESULT = "Roundhay is inside the Allerton Grange catchment."
+VISIBLE = ("Research: open a session to plan the garden.", "A garden planning session is open.")
+VISIBLE_TASK = "Plan the garden layout for spring"
+VISIBLE_RESULT = "Draft: tomatoes by the south fence."
+FOLLOW_UP = ("Garden: put the herbs near the kitchen door.", "Herbs by the kitchen door, noted.")
 CRON_TASK = "Summarize the overnight build queue"
 CRON_RESULT = "Nightly build queue: 3 jobs green, 1 flaky test in payments."
 
@@ -300,22 +304,29 @@ def agent_to_agent(w: World) -> None:
         return sum(1 for agent in ("main", "ops") for r in gw.transcript_rows(agent)
                    if r.event.get("message", {}).get("provenance", {}).get("kind") == "inter_session")
 
+    w.notes["a2a_rows"] = wait_stable(a2a_rows, 2, "the agents' ping-pong settled")
+
+
+def wait_stable(count: Callable[[], int], at_least: int, what: str, quiet: float = 8) -> int:
+    """Wait until `count()` is at least `at_least` and has not changed for `quiet` seconds (OpenClaw's
+    asynchronous follow-ups are over); returns it."""
     seen: list[tuple[float, int]] = []
 
-    def quiet() -> bool:  # the ping-pong is over: no inter-session row for 8 s
-        count = a2a_rows()
-        if not seen or seen[-1][1] != count:
-            seen.append((time.monotonic(), count))
-        return count >= 2 and time.monotonic() - seen[-1][0] > 8
+    def settled() -> bool:
+        now = count()
+        if not seen or seen[-1][1] != now:
+            seen.append((time.monotonic(), now))
+        return now >= at_least and time.monotonic() - seen[-1][0] > quiet
 
-    wait_for(quiet, timeout=240, interval=0.5, what="the agents' ping-pong settled")
-    w.notes["a2a_rows"] = a2a_rows()
+    wait_for(settled, timeout=240, interval=0.5, what=what)
+    return seen[-1][1]
 
 
 def runtime_runs(w: World) -> None:
-    """Two sub-agents (`sessions_spawn`, one isolated, one forking the conversation) and an isolated cron job on
-    research, a main-session reminder on main; then the isolated child's session is deleted (research's
-    STATE.md is stale: an end that needed a sync would be a gap)."""
+    """Three sub-agents on research (`sessions_spawn`: one isolated, one forking the conversation, one in a
+    visible session the person then types in), an isolated cron job on research and a main-session reminder
+    on main; then the isolated child's session is deleted (research's STATE.md is stale: an end that needed a
+    sync would be a gap)."""
     gw = w.gateway
     runs = ((*SPAWN, SPAWN_TASK, SPAWN_RESULT, "movers", "isolated"),
             (*FORK, FORK_TASK, FORK_RESULT, "schools", "fork"))
@@ -326,12 +337,28 @@ def runtime_runs(w: World) -> None:
         gw.agent("research", text)
         w.expected["research"] += [text, reply]
 
+    gw.model.plan(VISIBLE_TASK, Plan(reply=VISIBLE_RESULT))
+    gw.model.plan(VISIBLE[0], Plan(reply=VISIBLE[1], tool="sessions_spawn",
+                                   arguments={"task": VISIBLE_TASK, "label": "garden", "visible": True}))
+    gw.agent("research", VISIBLE[0])
+    w.expected["research"] += list(VISIBLE)
+
+    def visible_child() -> str | None:  # its key is a dashboard session's, not a sub-agent's
+        windows = sqlite3.connect(f"file:{gw.agent_db('research')}?mode=ro", uri=True).execute(
+            "SELECT session_key, session_id FROM session_windows WHERE spawned_by IS NOT NULL"
+            " AND session_key NOT LIKE '%:subagent:%'").fetchall()
+        done = {r.session_id for r in gw.transcript_rows("research") if r.text == VISIBLE_RESULT}
+        return next((key for key, sid in windows if sid in done), None)
+
+    wait_for(visible_child, timeout=180, interval=0.5, what="the visible sub-agent's first run")
+    w.say("research", *FOLLOW_UP, session_key=visible_child())
+
     def announced() -> dict[str, str]:  # the parent's replies that carry a child's result to the person, by event
         # id (the forked child holds copies of what the parent said before it)
         return {r.event["id"]: r.text for r in gw.transcript_rows("research") if r.role == "assistant"
                 and str(r.event["message"].get("__openclaw", {}).get("runId", "")).startswith("announce:")}
 
-    wait_for(lambda: len(announced()) == 2, timeout=180, interval=0.5, what="both sub-agents' results announced")
+    wait_stable(lambda: len(announced()), 3, "the sub-agents' results announced")
     w.notes["announced"] = list(announced().values())
     w.expected["research"] += w.notes["announced"]
     job = json.loads(gw.run("cron", "add", "--agent", "research", "--name", "Nightly brief", "--every", "24h",
@@ -510,17 +537,21 @@ def test_a_fork_and_a_rewind_store_each_turn_once_and_end_no_conversation(world:
 def test_subagent_and_automation_runs_are_not_memory_and_end_no_conversation(world: World) -> None:
     """Sub-agents and cron jobs run in sessions of their own (OpenClaw's memory does not promote them either):
     their briefs, prompts, work and results are not stored; what a child found reaches memory once, in the
-    parent's reply to the person (counted by the exact-once test above). Deleting a child's session is no gap."""
-    assert len(world.notes["subagent_keys"]) == 2, world.notes["subagent_keys"]
-    assert all(":subagent:" in key for key in world.notes["subagent_keys"])
+    parent's reply to the person (counted by the exact-once test above). Deleting a child's session is no gap.
+    A visible child's session becomes the person's conversation once they type in it."""
+    keys = world.notes["subagent_keys"]
+    assert len(keys) == 3 and sum(":subagent:" in key for key in keys) == 2, keys
     stored = [p["payload"] for p in points_of(world, "research")]
     data = " ".join(p["data"] for p in stored)
-    for runtime_text in ("[Subagent", SPAWN_TASK, FORK_TASK, "[cron:", CRON_TASK, CRON_RESULT):
+    for runtime_text in ("[Subagent", SPAWN_TASK, FORK_TASK, VISIBLE_TASK, "[cron:", CRON_TASK, CRON_RESULT):
         assert runtime_text not in data, runtime_text
     main = " ".join(p["payload"]["data"] for p in points_of(world, "main"))
     assert "cron wake" not in main and "stand up and stretch" not in main
-    for result in (SPAWN_RESULT, FORK_RESULT):  # stored only where the parent's reply says it
+    for result in (SPAWN_RESULT, FORK_RESULT, VISIBLE_RESULT):  # stored only where the parent's reply says it
         assert result not in data or any(result in text for text in world.notes["announced"]), result
+    follow_up = [p for p in stored if p["data"] in FOLLOW_UP]
+    visible = {r.session_id for r in world.gateway.transcript_rows("research") if VISIBLE_TASK in r.text}
+    assert len(follow_up) == 2 and {p["session_id"] for p in follow_up} == visible, follow_up
     child_sessions = {r.session_id for r in world.gateway.transcript_rows("research") if FORK_TASK in r.text}
     assert child_sessions and not [p for p in stored if p["session_id"] in child_sessions], "a fork child's copies"
     assert not gaps(world.gaps_before_restart, "research")
