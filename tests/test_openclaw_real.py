@@ -4,7 +4,8 @@ One world per module (starting the gateway costs ~10 s, each agent's first turn 
 agents under `agents.entries` with explicit ownership (one with its own `workspace`), English,
 Japanese and Chinese text, a tool call whose large result OpenClaw stores zstd-compressed, secrets
 that OpenClaw masks before writing, a heartbeat turn, `/new` and `/reset` with a stale and with a
-fresh STATE.md, and a deleted session; veritas-watch runs the whole time, as it would in production.
+fresh STATE.md, a compaction, a trim, a fork and a rewind, sub-agents, cron jobs, two agents talking
+through `sessions_send`, and a deleted session; veritas-watch runs the whole time, as it would in production.
 The tests then compare what veritas-watch stored, logged and wrote with what OpenClaw wrote.
 
 Skipped, with the reason, only where the npm registry cannot be reached and `CI` is not set.
@@ -330,13 +331,20 @@ def runtime_runs(w: World) -> None:
     gw = w.gateway
     runs = ((*SPAWN, SPAWN_TASK, SPAWN_RESULT, "movers", "isolated"),
             (*FORK, FORK_TASK, FORK_RESULT, "schools", "fork"))
-    for text, reply, task, result, label, context in runs:
+    def announced() -> dict[str, str]:  # the parent's replies that carry a child's result to the person, by event
+        # id (the forked child holds copies of what the parent said before it)
+        return {r.event["id"]: r.text for r in gw.transcript_rows("research") if r.role == "assistant"
+                and str(r.event["message"].get("__openclaw", {}).get("runId", "")).startswith("announce:")}
+
+    for done, (text, reply, task, result, label, context) in enumerate(runs, 1):
         gw.model.plan(task, Plan(reply=result))
         gw.model.plan(text, Plan(reply=reply, tool="sessions_spawn",
                                  arguments={"task": task, "label": label, "context": context}))
         gw.agent("research", text)
         w.expected["research"] += [text, reply]
-
+        # A child that finishes while the parent runs a later turn is steered into it (OpenClaw skips that turn's
+        # pending tool call "to process an incoming message"): the next turn waits for this child's result.
+        wait_stable(lambda: len(announced()), done, "the sub-agent's result announced")
     gw.model.plan(VISIBLE_TASK, Plan(reply=VISIBLE_RESULT))
     gw.model.plan(VISIBLE[0], Plan(reply=VISIBLE[1], tool="sessions_spawn",
                                    arguments={"task": VISIBLE_TASK, "label": "garden", "visible": True}))
@@ -352,12 +360,6 @@ def runtime_runs(w: World) -> None:
 
     wait_for(visible_child, timeout=180, interval=0.5, what="the visible sub-agent's first run")
     w.say("research", *FOLLOW_UP, session_key=visible_child())
-
-    def announced() -> dict[str, str]:  # the parent's replies that carry a child's result to the person, by event
-        # id (the forked child holds copies of what the parent said before it)
-        return {r.event["id"]: r.text for r in gw.transcript_rows("research") if r.role == "assistant"
-                and str(r.event["message"].get("__openclaw", {}).get("runId", "")).startswith("announce:")}
-
     wait_stable(lambda: len(announced()), 3, "the sub-agents' results announced")
     w.notes["announced"] = list(announced().values())
     w.expected["research"] += w.notes["announced"]
