@@ -435,6 +435,17 @@ class SqliteTranscriptReader:
             self._file_id = file_id
         return self._conn
 
+    @contextmanager
+    def _reading(self) -> Iterator[None]:
+        """One read under the lock: a sqlite3 error drops the connection (the next read opens it again) and
+        is raised as a SqliteSourceError, never raw."""
+        with self._lock:
+            try:
+                yield
+            except sqlite3.Error as exc:
+                self._drop_connection()
+                raise _classify(exc, self.path) from exc
+
     # -- polling
 
     def poll(self, cursors: Mapping[str, SessionCursor], max_rows: int = DEFAULT_MAX_ROWS,
@@ -445,12 +456,8 @@ class SqliteTranscriptReader:
         """
         if max_rows < 1 or max_bytes < 1:
             raise ValueError("max_rows and max_bytes must be positive")
-        with self._lock:
-            try:
-                return self._poll(dict(cursors), _Budget(max_rows, max_bytes))
-            except sqlite3.Error as exc:
-                self._drop_connection()
-                raise _classify(exc, self.path) from exc
+        with self._reading():
+            return self._poll(dict(cursors), _Budget(max_rows, max_bytes))
 
     def _poll(self, cursors: dict[str, SessionCursor], budget: _Budget) -> SqlitePoll:
         conn = self._connection()
@@ -783,21 +790,17 @@ class SqliteTranscriptReader:
     def continued(self, session_id: str) -> bool:
         """Whether a later window of `session_id` holds a copy of it (a rewind: the conversation goes on in
         the new session, so the key moving on is no end). Asked once per session, when its end is due."""
-        with self._lock:
-            try:
-                shape = self._shape
-                if (shape is None or not shape.identities or shape.layout != "windows"
-                        or "previous_session_id" not in shape.window_cols):
-                    return False
-                rows = self._connection().execute(
-                    "SELECT 1 FROM session_windows c"
-                    " JOIN transcript_event_identities a ON a.session_id = c.session_id"
-                    " JOIN transcript_event_identities b ON b.session_id = ? AND b.event_id = a.event_id"
-                    " WHERE c.previous_session_id = ? LIMIT 1", (session_id, session_id)).fetchall()
-                return bool(rows)
-            except sqlite3.Error as exc:
-                self._drop_connection()
-                raise _classify(exc, self.path) from exc
+        with self._reading():
+            shape = self._shape
+            if (shape is None or not shape.identities or shape.layout != "windows"
+                    or "previous_session_id" not in shape.window_cols):
+                return False
+            rows = self._connection().execute(
+                "SELECT 1 FROM session_windows c"
+                " JOIN transcript_event_identities a ON a.session_id = c.session_id"
+                " JOIN transcript_event_identities b ON b.session_id = ? AND b.event_id = a.event_id"
+                " WHERE c.previous_session_id = ? LIMIT 1", (session_id, session_id)).fetchall()
+            return bool(rows)
 
     def _present_ids(self, conn: sqlite3.Connection, shape: _Shape, sid: str) -> frozenset[str] | None:
         with self._raw_rows(conn, shape, sid, _SEQ_MIN) as rows:
