@@ -315,6 +315,10 @@ class OpenClawGateway:
     def transcript_rows(self, agent: str) -> list[TranscriptRow]:
         return transcript_rows(self.agent_db(agent))
 
+    def query(self, agent: str, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
+        """A read of what OpenClaw keeps beside the transcript (`session_windows`, ...)."""
+        return query(self.agent_db(agent), sql, params)
+
 
 def kill_strays(state_dir: Path) -> None:
     """OpenClaw's workers may leave the gateway's process group: end every process of this state dir."""
@@ -406,16 +410,21 @@ class TranscriptRow:
         return ""
 
 
-def transcript_rows(db: Path) -> list[TranscriptRow]:
-    """Every row of an agent's `transcript_events`, decoded (read-only, like veritas-watch reads it)."""
-    if not db.exists():
-        return []
+def query(db: Path, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
+    """One read of an agent's database, read-only (like veritas-watch reads it), closed after."""
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
     try:
-        rows = conn.execute("SELECT session_id, seq, created_at, event_json, event_zstd FROM transcript_events"
-                            " ORDER BY session_id, seq").fetchall()
+        return conn.execute(sql, tuple(params)).fetchall()
     finally:
         conn.close()
+
+
+def transcript_rows(db: Path) -> list[TranscriptRow]:
+    """Every row of an agent's `transcript_events`, decoded."""
+    if not db.exists():
+        return []
+    rows = query(db, "SELECT session_id, seq, created_at, event_json, event_zstd FROM transcript_events"
+                     " ORDER BY session_id, seq")
     out = []
     dctx = zstandard.ZstdDecompressor()
     for session_id, seq, created_at, event_json, event_zstd in rows:

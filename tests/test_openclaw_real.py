@@ -16,7 +16,6 @@ from __future__ import annotations
 import itertools
 import json
 import re
-import sqlite3
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -272,15 +271,34 @@ def drive(w: World) -> None:
 
 
 # What the runtime runs for itself in an agent's store: sub-agents and automations (cron jobs).
-SPAWN = ("Research: ask a helper to compare the moving company quotes.", "A helper is comparing the quotes.")
-SPAWN_TASK = "Compare three moving company quotes for a 2-bedroom flat in Leeds"
-SPAWN_RESULT = "Cheapest quote: Pennine Movers at 640 pounds."
-FORK = ("Research: fork a helper to check the school catchment.", "A forked helper is checking it.")
-FORK_TASK = "Check the school catchment for Roundhay"
-FORK_RESULT = "Roundhay is inside the Allerton Grange catchment."
-VISIBLE = ("Research: open a session to plan the garden.", "A garden planning session is open.")
-VISIBLE_TASK = "Plan the garden layout for spring"
-VISIBLE_RESULT = "Draft: tomatoes by the south fence."
+@dataclass(frozen=True)
+class Child:
+    """A sub-agent the person asks research for: their request and the parent's reply (memories), the task the
+    parent's `sessions_spawn` hands the child and the child's result (neither is)."""
+
+    ask: str
+    reply: str
+    task: str
+    result: str
+    options: dict[str, Any]  # the rest of `sessions_spawn`'s arguments
+
+    def spawn(self, w: World) -> None:
+        w.gateway.model.plan(self.task, Plan(reply=self.result))
+        w.gateway.model.plan(self.ask, Plan(reply=self.reply, tool="sessions_spawn",
+                                            arguments={"task": self.task, **self.options}))
+        w.gateway.agent("research", self.ask)
+        w.expected["research"] += [self.ask, self.reply]
+
+
+SPAWN = Child("Research: ask a helper to compare the moving company quotes.", "A helper is comparing the quotes.",
+              "Compare three moving company quotes for a 2-bedroom flat in Leeds",
+              "Cheapest quote: Pennine Movers at 640 pounds.", {"label": "movers", "context": "isolated"})
+FORK = Child("Research: fork a helper to check the school catchment.", "A forked helper is checking it.",
+             "Check the school catchment for Roundhay", "Roundhay is inside the Allerton Grange catchment.",
+             {"label": "schools", "context": "fork"})
+VISIBLE = Child("Research: open a session to plan the garden.", "A garden planning session is open.",
+                "Plan the garden layout for spring", "Draft: tomatoes by the south fence.",
+                {"label": "garden", "visible": True})
 FOLLOW_UP = ("Garden: put the herbs near the kitchen door.", "Herbs by the kitchen door, noted.")
 CRON_TASK = "Summarize the overnight build queue"
 CRON_RESULT = "Nightly build queue: 3 jobs green, 1 flaky test in payments."
@@ -329,33 +347,23 @@ def runtime_runs(w: World) -> None:
     on main; then the isolated child's session is deleted (research's STATE.md is stale: an end that needed a
     sync would be a gap)."""
     gw = w.gateway
-    runs = ((*SPAWN, SPAWN_TASK, SPAWN_RESULT, "movers", "isolated"),
-            (*FORK, FORK_TASK, FORK_RESULT, "schools", "fork"))
+
     def announced() -> dict[str, str]:  # the parent's replies that carry a child's result to the person, by event
         # id (the forked child holds copies of what the parent said before it)
         return {r.event["id"]: r.text for r in gw.transcript_rows("research") if r.role == "assistant"
                 and str(r.event["message"].get("__openclaw", {}).get("runId", "")).startswith("announce:")}
 
-    for done, (text, reply, task, result, label, context) in enumerate(runs, 1):
-        gw.model.plan(task, Plan(reply=result))
-        gw.model.plan(text, Plan(reply=reply, tool="sessions_spawn",
-                                 arguments={"task": task, "label": label, "context": context}))
-        gw.agent("research", text)
-        w.expected["research"] += [text, reply]
+    for done, child in enumerate((SPAWN, FORK), 1):
+        child.spawn(w)
         # A child that finishes while the parent runs a later turn is steered into it (OpenClaw skips that turn's
         # pending tool call "to process an incoming message"): the next turn waits for this child's result.
         wait_stable(lambda: len(announced()), done, "the sub-agent's result announced")
-    gw.model.plan(VISIBLE_TASK, Plan(reply=VISIBLE_RESULT))
-    gw.model.plan(VISIBLE[0], Plan(reply=VISIBLE[1], tool="sessions_spawn",
-                                   arguments={"task": VISIBLE_TASK, "label": "garden", "visible": True}))
-    gw.agent("research", VISIBLE[0])
-    w.expected["research"] += list(VISIBLE)
+    VISIBLE.spawn(w)
 
     def visible_child() -> str | None:  # its key is a dashboard session's, not a sub-agent's
-        windows = sqlite3.connect(f"file:{gw.agent_db('research')}?mode=ro", uri=True).execute(
-            "SELECT session_key, session_id FROM session_windows WHERE spawned_by IS NOT NULL"
-            " AND session_key NOT LIKE '%:subagent:%'").fetchall()
-        done = {r.session_id for r in gw.transcript_rows("research") if r.text == VISIBLE_RESULT}
+        windows = gw.query("research", "SELECT session_key, session_id FROM session_windows"
+                                       " WHERE spawned_by IS NOT NULL AND session_key NOT LIKE '%:subagent:%'")
+        done = {r.session_id for r in gw.transcript_rows("research") if r.text == VISIBLE.result}
         return next((key for key, sid in windows if sid in done), None)
 
     wait_for(visible_child, timeout=180, interval=0.5, what="the visible sub-agent's first run")
@@ -380,13 +388,11 @@ def runtime_runs(w: World) -> None:
 
     wait_for(ran, timeout=180, interval=0.5, what="both automations ran")
     w.settle()
-    children = sqlite3.connect(f"file:{gw.agent_db('research')}?mode=ro", uri=True).execute(
-        "SELECT DISTINCT session_key FROM session_windows WHERE spawned_by IS NOT NULL").fetchall()
+    children = gw.query("research", "SELECT DISTINCT session_key FROM session_windows WHERE spawned_by IS NOT NULL")
     w.notes["subagent_keys"] = sorted(key for (key,) in children)
-    isolated = next(r.session_id for r in gw.transcript_rows("research") if SPAWN_TASK in r.text)
+    isolated = next(r.session_id for r in gw.transcript_rows("research") if SPAWN.task in r.text)
     w.notes["subagent_deleted"] = isolated
-    key = sqlite3.connect(f"file:{gw.agent_db('research')}?mode=ro", uri=True).execute(
-        "SELECT session_key FROM session_windows WHERE session_id = ?", (isolated,)).fetchone()[0]
+    [(key,)] = gw.query("research", "SELECT session_key FROM session_windows WHERE session_id = ?", (isolated,))
     gw.run("sessions", "delete", key, "--agent", "research", "--yes", "--json")
 
 
@@ -418,8 +424,8 @@ def test_every_conversational_message_is_stored_exactly_once_and_nothing_else(wo
     assert len(secret_lines) == len(world.with_secret.get(agent, [])), secret_lines
     assert all(texts[t] == 1 for t in secret_lines), secret_lines
     extra = set(texts) - set(expected) - set(secret_lines)
-    rows = {r.event.get("id"): r for r in world.gateway.transcript_rows(agent)}
-    where = [(p["payload"]["source"], getattr(rows.get(p["payload"]["entry_id"]), "event", None))
+    by_id = {r.event.get("id"): r for r in world.gateway.transcript_rows(agent)}
+    where = [(p["payload"]["source"], getattr(by_id.get(p["payload"]["entry_id"]), "event", None))
              for p in points if normal(p["payload"]["data"]) in extra]
     assert not extra, f"{agent}: stored what is not conversation: {sorted(extra)[:10]} {where[:3]}"
     ids = [p["id"] for p in points]
@@ -480,8 +486,8 @@ def test_a_deleted_session_is_a_session_end(world: World) -> None:
 
 
 def test_a_finished_run_is_not_a_session_end_even_after_a_restart(world: World) -> None:
-    windows = sqlite3.connect(f"file:{world.gateway.agent_db('research')}?mode=ro", uri=True).execute(
-        "SELECT status, ended_at FROM session_windows WHERE spawned_by IS NULL").fetchall()  # a person's runs
+    windows = world.gateway.query(  # a person's runs
+        "research", "SELECT status, ended_at FROM session_windows WHERE spawned_by IS NULL")
     assert windows and all(status == "done" and ended_at for status, ended_at in windows), windows
     assert not gaps(world.gaps_before_restart, "research")
     again = [g for g in world.gaps_after_restart if g.get("session") != world.notes["offline_session"]]
@@ -490,8 +496,8 @@ def test_a_finished_run_is_not_a_session_end_even_after_a_restart(world: World) 
 
 def test_a_compaction_is_neither_memory_nor_a_session_end(world: World) -> None:
     rows = world.gateway.transcript_rows("research")
-    main = {sid for (sid,) in sqlite3.connect(f"file:{world.gateway.agent_db('research')}?mode=ro", uri=True).execute(
-        "SELECT session_id FROM session_windows WHERE session_key = 'agent:research:main'")}
+    main = {sid for (sid,) in world.gateway.query(
+        "research", "SELECT session_id FROM session_windows WHERE session_key = 'agent:research:main'")}
     # the row OpenClaw wrote, not the forked child's copy of it (a copy keeps the event and its time)
     compaction = next(r for r in rows if r.type == "compaction" and r.session_id in main)
     summary = str(compaction.event.get("summary") or "")
@@ -545,16 +551,16 @@ def test_subagent_and_automation_runs_are_not_memory_and_end_no_conversation(wor
     assert len(keys) == 3 and sum(":subagent:" in key for key in keys) == 2, keys
     stored = [p["payload"] for p in points_of(world, "research")]
     data = " ".join(p["data"] for p in stored)
-    for runtime_text in ("[Subagent", SPAWN_TASK, FORK_TASK, VISIBLE_TASK, "[cron:", CRON_TASK, CRON_RESULT):
+    for runtime_text in ("[Subagent", SPAWN.task, FORK.task, VISIBLE.task, "[cron:", CRON_TASK, CRON_RESULT):
         assert runtime_text not in data, runtime_text
     main = " ".join(p["payload"]["data"] for p in points_of(world, "main"))
     assert "cron wake" not in main and "stand up and stretch" not in main
-    for result in (SPAWN_RESULT, FORK_RESULT, VISIBLE_RESULT):  # stored only where the parent's reply says it
-        assert result not in data or any(result in text for text in world.notes["announced"]), result
+    for child in (SPAWN, FORK, VISIBLE):  # a result is stored only where the parent's reply says it
+        assert child.result not in data or any(child.result in text for text in world.notes["announced"]), child
     follow_up = [p for p in stored if p["data"] in FOLLOW_UP]
-    visible = {r.session_id for r in world.gateway.transcript_rows("research") if VISIBLE_TASK in r.text}
+    visible = {r.session_id for r in world.gateway.transcript_rows("research") if VISIBLE.task in r.text}
     assert len(follow_up) == 2 and {p["session_id"] for p in follow_up} == visible, follow_up
-    child_sessions = {r.session_id for r in world.gateway.transcript_rows("research") if FORK_TASK in r.text}
+    child_sessions = {r.session_id for r in world.gateway.transcript_rows("research") if FORK.task in r.text}
     assert child_sessions and not [p for p in stored if p["session_id"] in child_sessions], "a fork child's copies"
     assert not gaps(world.gaps_before_restart, "research")
     archives = list(world.gateway.sessions_dir("research").glob(f"{world.notes['subagent_deleted']}.jsonl.deleted.*"))
