@@ -425,6 +425,9 @@ def test_the_older_runtime_context_block_with_completion_events_is_not_memory() 
     # a header whose event is not of that shape ends at the next paragraph, as OpenClaw cuts it
     short = LEGACY_CONTEXT + "[Internal task completion event]\nstatus: failed\n\nPlease retry tomorrow."
     assert kept(clean_message(user(short))) == "Please retry tomorrow."
+    # a line of thousands of blocks (one pass: OpenClaw's own rebuild at each cut would be quadratic here)
+    many = (LEGACY_CONTEXT + one + "\n\nnote\n\n") * 20_000
+    assert kept(clean_message(user(many))) == "\n\n".join(["note"] * 20_000)
     # the header alone, quoted by a person, is theirs
     quoted = "Why does my log say OpenClaw runtime context (internal): ?"
     assert kept(clean_message(user(quoted))) == quoted

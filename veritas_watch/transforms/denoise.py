@@ -521,46 +521,78 @@ def _strip_user(text: str, history: list[list[str]] | None = None) -> _Stripped:
 
 def _strip_legacy_runtime_context(text: str) -> tuple[str, bool]:
     """Cut every older runtime-context block with its completion events, as OpenClaw's own
-    `stripLegacyInternalRuntimeContext` does (the same ends, so the same text is left); True if one was cut."""
-    found = False
-    search_from = 0
-    while (start := text.find(_LEGACY_CONTEXT_HEADER, search_from)) != -1:
+    `stripLegacyInternalRuntimeContext` does (the same ends, so the same text is left); True if one was cut.
+
+    One pass: the kept pieces are collected (OpenClaw rebuilds the string at each cut, and a line made of
+    thousands of blocks would cost quadratic time here, on the ingest path)."""
+    finder = _Finder(text)
+    kept: list[str] = []
+    pos = search_from = 0  # pos: where the text not yet kept or cut starts
+    while (start := finder.find(_LEGACY_CONTEXT_HEADER, search_from)) != -1:
         event = start + len(_LEGACY_CONTEXT_HEADER)
         if not text.startswith(_LEGACY_EVENT, event):
             search_from = event
             continue
-        end = _legacy_event_end(text, event)
+        end = _legacy_event_end(finder, event)
         if end is None:
-            paragraph = text.find("\n\n", event + len(_LEGACY_EVENT))
+            paragraph = finder.find("\n\n", event + len(_LEGACY_EVENT))
             end = len(text) if paragraph == -1 else paragraph
         else:
             while text.startswith(_LEGACY_EVENT_SEPARATOR + _LEGACY_EVENT, end):
-                following = _legacy_event_end(text, end + len(_LEGACY_EVENT_SEPARATOR))
+                following = _legacy_event_end(finder, end + len(_LEGACY_EVENT_SEPARATOR))
                 if following is None:
                     break
                 end = following
-        before, after = text[:start].rstrip(), text[end:].lstrip()
-        text = f"{before}\n\n{after}" if before and after else before + after
-        search_from = max(0, len(before) - 1)
-        found = True
-    return text, found
+        kept.append(text[pos:start])
+        while kept and not (last := kept[-1].rstrip()):  # what comes before the block, trailing space cut
+            kept.pop()
+        if kept:
+            kept[-1] = last
+        pos = end
+        while pos < len(text) and text[pos].isspace():  # and the space after it
+            pos += 1
+        search_from = pos
+        if kept and pos < len(text):
+            kept.append("\n\n")
+    if pos == 0:
+        return text, False
+    kept.append(text[pos:])
+    return "".join(kept), True
 
 
-def _legacy_event_end(text: str, start: int) -> int | None:
+def _legacy_event_end(finder: _Finder, start: int) -> int | None:
     """Where one completion event ends: the paragraph after its `Action:` line (None: not that shape)."""
+    text = finder.text
     if not text.startswith(_LEGACY_EVENT, start):
         return None
-    begin = text.find(_LEGACY_RESULT_BEGIN, start + len(_LEGACY_EVENT))
-    end = text.find(_LEGACY_RESULT_END, begin + len(_LEGACY_RESULT_BEGIN)) if begin != -1 else -1
-    action = text.find("\n\nAction:\n", end + len(_LEGACY_RESULT_END)) if end != -1 else -1
+    begin = finder.find(_LEGACY_RESULT_BEGIN, start + len(_LEGACY_EVENT))
+    end = finder.find(_LEGACY_RESULT_END, begin + len(_LEGACY_RESULT_BEGIN)) if begin != -1 else -1
+    action = finder.find("\n\nAction:\n", end + len(_LEGACY_RESULT_END)) if end != -1 else -1
     if action == -1:
         return None
     after_action = action + len("\n\nAction:\n")
-    following = text.find(_LEGACY_EVENT_SEPARATOR + _LEGACY_EVENT, after_action)
+    following = finder.find(_LEGACY_EVENT_SEPARATOR + _LEGACY_EVENT, after_action)
     if following != -1:
         return following
-    paragraph = text.find("\n\n", after_action)
+    paragraph = finder.find("\n\n", after_action)
     return len(text) if paragraph == -1 else paragraph
+
+
+class _Finder:
+    """`str.find` over one text that remembers each needle's last answer: the legacy strip's searches move
+    forward, so each needle scans the text about once however many blocks a hostile line holds."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self._last: dict[str, tuple[int, int]] = {}  # needle -> (searched from, found at or -1)
+
+    def find(self, needle: str, start: int) -> int:
+        last = self._last.get(needle)
+        if last is not None and last[0] <= start and (last[1] == -1 or last[1] >= start):
+            return last[1]  # nothing between the last search's start and its answer, so none from `start` either
+        found = self.text.find(needle, start)
+        self._last[needle] = (start, found)
+        return found
 
 
 def _strip_scaffold_lines(
