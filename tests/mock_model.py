@@ -6,7 +6,7 @@ OpenClaw (custom provider, `api: "openai-completions"`) calls `POST /v1/chat/com
 - a turn whose last message is a tool result gets the final answer planned for that turn;
 - a user message with a plan (`MockModel.plan(text, ...)`) gets the planned tool call or reply;
 - a heartbeat poll gets the acknowledgement its prompt asks for (`NO_REPLY` in 2026.9.6, `HEARTBEAT_OK`
-  in older prompts);
+  in older prompts), or the alert planned for a system event it carries (`MockModel.alert(text, reply)`);
 - anything else gets a default reply derived from the user's text, unique per message.
 
 Streaming is real SSE (`data: {...}` chunks, `data: [DONE]`), tool calls are streamed in pieces the
@@ -74,6 +74,7 @@ class MockModel:
     def __init__(self, model_id: str = "mock-1", port: int = 0) -> None:
         self.model_id = model_id
         self._plans: dict[str, Plan] = {}
+        self._alerts: dict[str, str] = {}
         self._lock = threading.Lock()
         self.requests: list[dict[str, Any]] = []
         self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
@@ -98,6 +99,11 @@ class MockModel:
         with self._lock:
             self._plans[user_text_contains] = plan
 
+    def alert(self, event_text_contains: str, reply: str) -> None:
+        """A heartbeat run whose system events hold this text answers `reply` (an alert for the person)."""
+        with self._lock:
+            self._alerts[event_text_contains] = reply
+
     # -- answering ---------------------------------------------------------------------------------
 
     def _find_plan(self, user_text: str) -> Plan | None:
@@ -107,6 +113,17 @@ class MockModel:
                     return plan
         return None
 
+    def _alert_for(self, messages: list[dict[str, Any]]) -> str | None:
+        """The planned alert for a system event in this turn (OpenClaw puts events in its internal context)."""
+        turn: list[str] = []
+        for message in reversed(messages):
+            if message.get("role") == "assistant":
+                break
+            if message.get("role") == "user":
+                turn.append(_text_of(message.get("content")))
+        with self._lock:
+            return next((reply for key, reply in self._alerts.items() if any(key in text for text in turn)), None)
+
     def answer(self, body: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
         """(text, tool calls) for one request."""
         messages = [m for m in body.get("messages", []) if isinstance(m, dict)]
@@ -114,8 +131,8 @@ class MockModel:
         plan = self._find_plan(user_text)
         if tool_answered:
             return (plan.reply if plan else "Done."), []
-        if "heartbeat" in user_text.lower():  # a heartbeat poll: nothing needs attention
-            return (NO_REPLY if NO_REPLY in user_text else HEARTBEAT_OK), []
+        if "heartbeat" in user_text.lower():  # a heartbeat poll: nothing needs attention, unless an event asks
+            return self._alert_for(messages) or (NO_REPLY if NO_REPLY in user_text else HEARTBEAT_OK), []
         if plan is not None and plan.tool and body.get("tools"):
             call = {"id": f"call_{hashlib.sha1(user_text.encode()).hexdigest()[:12]}", "type": "function",
                     "function": {"name": plan.tool, "arguments": json.dumps(plan.arguments or {})}}

@@ -26,6 +26,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -272,6 +273,16 @@ class OpenClawGateway:
     def system_event(self, agent: str, text: str) -> None:
         """A system event on the agent's main session, delivered now by a heartbeat turn."""
         self.run("system", "event", "--text", text, "--mode", "now", "--session-key", f"agent:{agent}:main", "--json")
+
+    def hook(self, action: str, body: Mapping[str, Any], timeout: float = 300) -> dict[str, Any]:
+        """`POST <hooks.path>/<action>` as an external service calls it (`extra_config` enables `hooks`)."""
+        hooks = self.config().get("hooks") or {}
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}{hooks.get('path', '/hooks')}/{action}", data=json.dumps(body).encode(),
+            headers={"Authorization": f"Bearer {hooks['token']}", "Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            answer: dict[str, Any] = json.loads(response.read())
+        return answer
 
     def install_plugin(self, source: str | Path, timeout: float = 300) -> dict[str, Any]:
         """`openclaw plugins install SOURCE` (a directory, an archive, `npm-pack:FILE.tgz`) on the running gateway.

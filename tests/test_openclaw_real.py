@@ -5,7 +5,8 @@ agents under `agents.entries` with explicit ownership (one with its own `workspa
 Japanese and Chinese text, a tool call whose large result OpenClaw stores zstd-compressed, secrets
 that OpenClaw masks before writing, a heartbeat turn, `/new` and `/reset` with a stale and with a
 fresh STATE.md, a compaction, a trim, a fork and a rewind, sub-agents, cron jobs, two agents talking
-through `sessions_send`, and a deleted session; veritas-watch runs the whole time, as it would in production.
+through `sessions_send`, webhooks (`/hooks/agent`, `/hooks/wake`), and a deleted session; veritas-watch runs
+the whole time, as it would in production.
 The tests then compare what veritas-watch stored, logged and wrote with what OpenClaw wrote.
 
 Skipped, with the reason, only where the npm registry cannot be reached and `CI` is not set.
@@ -121,7 +122,11 @@ def world(openclaw: OpenClawInstall, tmp_path_factory: pytest.TempPathFactory) -
               "research": {"name": "Research", "workspace": str(root / "research-workspace")}}
     heartbeat = {"agents": {"defaults": {"heartbeat": {"agentId": "main", "every": "24h", "target": "none"}}},
                  # tools offered by name (not behind Tool Search): the mock model calls `sessions_spawn` directly
-                 "tools": {"toolSearch": False}}
+                 "tools": {"toolSearch": False},
+                 # webhooks for main, persistent `hook:` sessions allowed (as the Gmail preset needs them)
+                 "hooks": {"enabled": True, "token": "veritas-test-hook-token-0123456789abcdef", "path": "/hooks",
+                           "allowedAgentIds": ["main"], "allowRequestSessionKey": True,
+                           "allowedSessionKeyPrefixes": ["hook:"]}}
     # With a vault recipient, the values behind OpenClaw's masks are captured from its task_runs.
     identity = pyrage.x25519.Identity.generate()
     config = {"credentials": {"vault_recipient": str(identity.to_public())}}
@@ -268,6 +273,7 @@ def drive(w: World) -> None:
                                          if r.text == "Drafts: the grant report is due in May."})
     runtime_runs(w)
     agent_to_agent(w)
+    webhooks(w)
 
 
 # What the runtime runs for itself in an agent's store: sub-agents and automations (cron jobs).
@@ -324,6 +330,36 @@ def agent_to_agent(w: World) -> None:
                    if r.event.get("message", {}).get("provenance", {}).get("kind") == "inter_session")
 
     w.notes["a2a_rows"] = wait_stable(a2a_rows, 2, "the agents' ping-pong settled")
+
+
+# What external services send main through OpenClaw's webhooks: two emails (`POST /hooks/agent`, run as cron jobs:
+# one isolated, one in a persistent `hook:gmail:` session) and a notification (`POST /hooks/wake`) that main's
+# heartbeat turns into an alert for the person.
+EMAILS = (("New email: invoice 4411 from Acme, 340 EUR due Friday.", "Invoice 4411 from Acme: 340 EUR due Friday."),
+          ("New email: the dentist moved the appointment to Tuesday 9:30.", "Dentist appointment now Tuesday 9:30."))
+WAKE = ("The nightly import completed with 3 warnings", "Heads up: the nightly import finished with 3 warnings.")
+
+
+def webhooks(w: World) -> None:
+    gw = w.gateway
+    for (email, summary), session in zip(EMAILS, ({}, {"sessionKey": "hook:gmail:18c2f0", "sessionMode": "persistent"}),
+                                         strict=True):
+        gw.model.plan(email, Plan(reply=summary))
+        done = gw.hook("agent", {"message": email, "name": "Gmail", "agentId": "main", "waitForCompletion": True,
+                                 **session})
+        assert done.get("completion", {}).get("status") == "ok", done
+    gw.model.alert(WAKE[0], WAKE[1])
+    gw.hook("wake", {"text": WAKE[0], "mode": "now", "agentId": "main"})
+
+    def wakes() -> int:  # each email's completion (delivered as an event) and the notification wake main
+        return sum(1 for r in gw.transcript_rows("main")
+                   if r.event.get("message", {}).get("provenance", {}).get("sourceTool") == "hook")
+
+    wait_stable(wakes, 1, "main's wake turns settled")
+    wait_for(lambda: any(r.text == WAKE[1] for r in gw.transcript_rows("main")), timeout=120, interval=0.5,
+             what="the alert")
+    w.notes["hook_keys"] = sorted(key for (key,) in gw.query(
+        "main", "SELECT DISTINCT session_key FROM session_windows WHERE session_key NOT LIKE 'agent:main:main%'"))
 
 
 def wait_stable(count: Callable[[], int], at_least: int, what: str, quiet: float = 8) -> int:
@@ -565,6 +601,23 @@ def test_subagent_and_automation_runs_are_not_memory_and_end_no_conversation(wor
     assert not gaps(world.gaps_before_restart, "research")
     archives = list(world.gateway.sessions_dir("research").glob(f"{world.notes['subagent_deleted']}.jsonl.deleted.*"))
     assert len(archives) == 1, "OpenClaw archived the deleted child session"
+
+
+def test_webhook_runs_and_wakes_are_not_memory(world: World) -> None:
+    """A `POST /hooks/agent` payload is external content run as a cron job (OpenClaw's memory does not promote
+    it): neither the wrapped email nor main's summary of it is stored, in an isolated run's `cron:` session or a
+    persistent `hook:` one. A `POST /hooks/wake` is a heartbeat run: its alert is not stored either. main's person
+    is undisturbed: their turns around it are stored (the exact-once test) and no gap is reported."""
+    keys = world.notes["hook_keys"]
+    assert any(":cron:" in key for key in keys) and "agent:main:hook:gmail:18c2f0" in keys, keys
+    rows = world.gateway.transcript_rows("main")
+    assert any(r.text.startswith("Job ID: ") and "EXTERNAL_UNTRUSTED_CONTENT" in r.text for r in rows)
+    assert any(r.text == WAKE[1] for r in rows), "the alert reached main's transcript"
+    data = " ".join(p["payload"]["data"] for p in points_of(world, "main"))
+    for text in ("Job ID", "[external content]", "unattended", "invoice 4411", "Invoice 4411", "dentist",
+                 "Dentist", "session event", "nightly import"):
+        assert text not in data, text
+    assert len(gaps(world.gaps_before_restart, "main")) == 1, "only the /new with a stale STATE.md"
 
 
 def test_what_agents_say_to_each_other_is_not_memory(world: World) -> None:

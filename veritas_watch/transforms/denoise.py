@@ -37,6 +37,12 @@ the reply to it goes back to that session, not to a person: background, like the
 The asking agent's answer to its person is memory. Other inter-session messages (an older sub-agent
 announce) stay `internal_provenance`, and the reply to them, which carries a result to the person, is kept.
 
+Webhooks: OpenClaw runs a `POST /hooks/agent` payload (an email, an alert) as a cron job: its prompt is
+`Job ID: <id> | Received: <time>` and the wrapped payload (or the `[cron:...]` tag when wrapping is off),
+ending in the unattended-run preamble; skipped (`cron_prompt`), and its session is a cron session,
+whatever its key (`cron:<id>` isolated, `hook:...` persistent). A `POST /hooks/wake` wakes a heartbeat
+run that writes `[OpenClaw session event]`: skipped as a `heartbeat_poll`, its reply background.
+
 Turn context: a reply to a heartbeat, cron or other runtime-generated prompt is background traffic
 even when it carries no `HEARTBEAT_OK` (status reports, "nothing urgent" notes), unless the heartbeat
 arrived while a person's request was still being worked on (see `next_turn`); the reply to the
@@ -73,7 +79,7 @@ TOOL_ONLY: Final = "tool_only"  # assistant turn with tool calls and no text
 TOOL_TURN_NARRATION: Final = "tool_turn_narration"  # assistant text beside tool calls ("let me read...")
 ASSISTANT_ERROR: Final = "assistant_error"  # failed/aborted model call, no text
 DELIVERY_MIRROR: Final = "delivery_mirror"  # provider "openclaw": delivery-mirror / gateway-injected copies
-INTERNAL_PROVENANCE: Final = "internal_provenance"  # internal_system (non heartbeat/cron/exec), inter_session
+INTERNAL_PROVENANCE: Final = "internal_provenance"  # internal_system (not a wake), inter_session
 AGENT_TO_AGENT: Final = "agent_to_agent"  # what another session said to this one through `sessions_send`
 HEARTBEAT_POLL: Final = "heartbeat_poll"
 HEARTBEAT_ACK: Final = "heartbeat_ack"
@@ -238,6 +244,17 @@ _INTER_SESSION = re.compile(r"\[?Inter-session message\b")
 # The tool of one agent (or session) talking to another: its reply goes back to that session, not to a person.
 _AGENT_TO_AGENT_TOOL: Final = "sessions_send"
 _CRON_PREFIX: Final = "[cron:"
+# A cron run fed by a webhook (`POST /hooks/agent`, the Gmail preset): OpenClaw's `buildSafeExternalPrompt`
+# puts `Job ID: <id> | Received: <time>` before the wrapped content instead of the `[cron:...]` tag (the
+# content is replaced by the external-content placeholder before this is matched).
+_HOOK_PROMPT = re.compile(r"Job ID: [^\n]{1,200}\n\n\[external content\]")
+# Appended by OpenClaw 2026.9 to every cron run's prompt, webhook runs included (`appendCronUnattendedRunPreamble`).
+_UNATTENDED_RUN = re.compile(
+    r"\n\nThis is an unattended scheduled run\. Nobody is present to clarify or approve\b[^\n]*\Z"
+)
+# What a heartbeat run woken by an event (a `POST /hooks/wake`, other wake sources) writes for its prompt;
+# heartbeat, cron and exec wakes have their own source tools, handled before.
+_WAKE_EVENT_PROMPT: Final = "[OpenClaw session event]"
 # OpenClaw's sub-agent brief: `[Subagent Context] You are running as a subagent (depth 1/5) ...` then
 # `[Subagent Task]` and the task (2026.9); older builds `[Subagent Task]: <task>`.
 _SUBAGENT_PREFIXES: Final = ("[Subagent Context]", "[Subagent Task]")
@@ -369,11 +386,17 @@ def session_kind(first_user_text: str) -> SessionKind:
     """What a session is, from its first user message (scaffolding stripped, as `first_user_text` gives it):
     a cron run's (`[cron:<jobId> <name>] ...`), a sub-agent run's (its brief), or a person's conversation.
     A cron or sub-agent session is skipped whole (until a person speaks in it)."""
-    if first_user_text.startswith(_CRON_PREFIX):
+    if _is_cron_prompt(first_user_text):
         return "cron"
     if first_user_text.startswith(_SUBAGENT_PREFIXES):
         return "subagent"
     return "conversation"
+
+
+def _is_cron_prompt(text: str) -> bool:
+    """A cron run's prompt: tagged `[cron:<jobId> <name>]`, a webhook's wrapped payload, or a prompt ending
+    in the unattended-run preamble (the first two start any cron run; the last ends one in 2026.9)."""
+    return text.startswith(_CRON_PREFIX) or bool(_HOOK_PROMPT.match(text) or _UNATTENDED_RUN.search(text))
 
 
 def detection_text(line: ParsedLine) -> str:
@@ -441,6 +464,8 @@ def _clean_user(line: ParsedLine) -> tuple[Role, str] | Skip:
             return Skip(CRON_PROMPT)
         if source == "exec":
             return Skip(SYSTEM_LINE)
+        if _joined_text(line).strip() == _WAKE_EVENT_PROMPT:
+            return Skip(HEARTBEAT_POLL)  # a heartbeat run all the same: its reply is an alert or NO_REPLY
         return Skip(INTERNAL_PROVENANCE)
 
     stripped = _strip_user(_joined_text(line))
@@ -461,7 +486,7 @@ def _clean_user(line: ParsedLine) -> tuple[Role, str] | Skip:
         return Skip(SESSION_RESET_PROMPT)
     if _HEARTBEAT_PROMPT.match(text):
         return Skip(HEARTBEAT_POLL)
-    if text.startswith(_CRON_PREFIX):
+    if _is_cron_prompt(text):
         return Skip(CRON_PROMPT)
     if text.startswith(_SUBAGENT_PREFIXES):
         return Skip(SUBAGENT_TASK)
