@@ -209,12 +209,16 @@ class OpenClawGateway:
                 config[key] = value
         return config
 
-    def start(self, timeout: float = 180) -> OpenClawGateway:
+    def prepare(self) -> OpenClawGateway:
+        """The state dir and its openclaw.json, the gateway not started (for what must be on disk first)."""
         for path in (self.state_dir, self.home, self.root / "tmp"):
             path.mkdir(parents=True, exist_ok=True)
         self.port = self.port or free_port()
         (self.state_dir / "openclaw.json").write_text(json.dumps(self.config(), indent=2))
-        return self._launch(timeout)
+        return self
+
+    def start(self, timeout: float = 180) -> OpenClawGateway:
+        return self.prepare()._launch(timeout)
 
     def restart(self, timeout: float = 180) -> OpenClawGateway:
         """Stop and start the gateway on the same port and the openclaw.json it has now (plugins included)."""
