@@ -553,6 +553,26 @@ def test_bare_slash_commands() -> None:
     assert kept(clean_message(user("/weather Tokyo tomorrow"))) == "/weather Tokyo tomorrow"
 
 
+@pytest.mark.parametrize("command", [
+    "/think high", "/Model mock/mock-1", "/verbose on", "/v full", "/think: high", "/status@hakua_bot",
+    "/compact keep the dates\nand the names", "/queue steer", "/fast auto", "/usage cost", "/bash ls -la",
+    "/new remember the regatta",  # as written when OpenClaw refused it (on success it writes the note alone)
+])
+def test_openclaw_commands_with_arguments_are_commands(command: str) -> None:
+    """What OpenClaw 2026.9.6 wrote for `/think low` sent through the gateway (`chat.send`): the user row as
+    typed, then its own reply (gateway-injected). The command is no memory with its arguments either."""
+    assert skipped(clean_message(user(SENDER_TUI + "[Tue 2026-03-17 13:29 GMT+9] " + command))) == "slash_command"
+
+
+@pytest.mark.parametrize("text", [
+    "/skill weather Berlin", "/btw what did we decide about the budget?", "/steer use metric units",
+    "/goal ship the release by Friday", "/tmp/build is full again", "/v2 of the plan is ready",
+    "/think-tank meets at 3", "/etc/hosts has a typo", "/modelling results are in",
+])
+def test_requests_and_paths_that_start_with_a_slash_are_kept(text: str) -> None:
+    assert kept(clean_message(user(text))) == text
+
+
 def test_media_only_messages() -> None:
     line_image = MEDIA_PREFIX + LINE_INBOUND + CHAT_HISTORY + "<media:image>"
     assert skipped(clean_message(user(line_image))) == "media_only"

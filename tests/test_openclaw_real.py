@@ -92,6 +92,18 @@ class World:
         """A slash command: acted on by the gateway, never a memory."""
         self.gateway.agent(agent, text)
 
+    def control(self, agent: str, text: str) -> None:
+        """A command as the Control UI sends it (`chat.send`; the CLI would pass it to the model as text):
+        OpenClaw writes it as typed and answers it itself (gateway-injected). Neither is a memory."""
+        gw = self.gateway
+        written = {(r.session_id, r.seq) for r in gw.transcript_rows(agent)}
+        gw.run("gateway", "call", "chat.send", "--params", json.dumps({
+            "sessionKey": f"agent:{agent}:main", "message": text, "idempotencyKey": f"control-{agent}-{len(written)}"}),
+            "--json")
+        wait_for(lambda: any(r.event.get("message", {}).get("model") == "gateway-injected"
+                             for r in gw.transcript_rows(agent) if (r.session_id, r.seq) not in written),
+                 timeout=120, interval=0.3, what=f"OpenClaw's answer to {text}")
+
     def settle(self) -> None:
         wait_settled(self.gateway, self.daemon)
 
@@ -274,6 +286,8 @@ def drive(w: World) -> None:
     runtime_runs(w)
     agent_to_agent(w)
     webhooks(w)
+    w.control("main", "/verbose on")
+    w.control("main", "/think low")
 
 
 # What the runtime runs for itself in an agent's store: sub-agents and automations (cron jobs).
@@ -473,8 +487,9 @@ def test_tool_traffic_heartbeats_and_commands_are_not_memory(world: World) -> No
     assert any(r.compressed and r.role == "toolResult" for r in rows), "OpenClaw stored no zstd tool result"
     assert any(r.type == "reset" for r in rows)
     data = " ".join(p["payload"]["data"] for p in points_of(world, "main"))
+    assert any(r.text == "/verbose on" for r in rows), "the command as typed"
     for noise in ("host-0042", "Let me read the inventory first.", "NO_REPLY", "HEARTBEAT", "heartbeat poll",
-                  "/new", "/reset", "bootstrap"):
+                  "/new", "/reset", "bootstrap", "/verbose", "Verbose", "/think", "Thinking level"):
         assert noise not in data
     assert not [e for e in world.daemon.events("line_invalid")], "a real OpenClaw row was reported invalid"
 

@@ -91,7 +91,7 @@ SCHEDULED_PROMPT: Final = "scheduled_prompt"  # runtime prompt (custom heartbeat
 SESSION_RESET_PROMPT: Final = "session_reset_prompt"
 SYSTEM_LINE: Final = "system_line"  # nothing but `System: [...]` event lines
 QUEUED_BANNER: Final = "queued_banner"
-SLASH_COMMAND: Final = "slash_command"  # a bare control command: /new, /status, /skill
+SLASH_COMMAND: Final = "slash_command"  # a bare command (/new, /status) or a setting one with its arguments
 MEDIA_ONLY: Final = "media_only"  # nothing but an image/audio placeholder
 EXTERNAL_CONTENT: Final = "external_content"  # nothing but wrapped external content
 NO_REPLY: Final = "no_reply"
@@ -268,6 +268,21 @@ _LEGACY_EVENT_SEPARATOR: Final = "\n\n---\n\n"
 _LEGACY_RESULT_BEGIN: Final = "<<<BEGIN_UNTRUSTED_CHILD_RESULT>>>"
 _LEGACY_RESULT_END: Final = "<<<END_UNTRUSTED_CHILD_RESULT>>>"
 _SLASH_COMMAND = re.compile(r"/[a-z][a-z0-9_-]{0,31}")
+# OpenClaw's built-in commands that set, show or manage something (its command registry, 2026.9.6: the
+# options, status, session and management categories and the host tools, aliases included): with arguments
+# (`/think high`, `/model gpt-5`, `/compact <instructions>`) they are still commands, never conversation.
+# Left out: those whose arguments are a request of the person's (`/skill`, `/btw`, `/steer`, `/goal`,
+# `/loop`, `/learn`), and `/new` / `/reset` with a note, which OpenClaw writes without the command.
+_CONTROL_COMMANDS: Final = frozenset({
+    "help", "commands", "tools", "status", "diagnostics", "tasks", "context", "export-session", "export",
+    "export-trajectory", "trajectory", "whoami", "id", "login", "openclaw", "allowlist", "approve", "subagents",
+    "acp", "agents", "config", "mcp", "plugins", "plugin", "debug", "activation", "send", "usage", "session",
+    "stop", "name", "compact", "think", "thinking", "t", "verbose", "v", "trace", "fast", "reasoning", "reason",
+    "elevated", "elev", "exec", "model", "models", "queue", "tts", "dashboard", "restart", "update", "bash",
+    "new", "reset",
+})
+# How OpenClaw reads a command (`normalizeCommandBody`): `/name`, an optional `@bot`, then `:`, blank or the end.
+_COMMAND_HEAD = re.compile(r"/([A-Za-z][A-Za-z0-9_-]{0,31})(?:@[^\s:]+)?(?=\s|:|\Z)")
 
 _REPLY_TAG = re.compile(r"\[\[\s*(?:reply_to_current|reply_to\s*:[^\]\n]*|audio_as_voice)\s*\]\]", re.I)
 _THINK = re.compile(r"<(think|thinking)>.*?(?:</\1>|\Z)", re.S | re.I)
@@ -504,9 +519,14 @@ def _clean_user(line: ParsedLine) -> tuple[Role, str] | Skip:
         return Skip(MEDIA_ONLY)
     if text == _EXTERNAL_PLACEHOLDER:
         return Skip(EXTERNAL_CONTENT)
-    if _SLASH_COMMAND.fullmatch(text):
+    if _SLASH_COMMAND.fullmatch(text) or _is_control_command(text):
         return Skip(SLASH_COMMAND)
     return ("user", text)
+
+
+def _is_control_command(text: str) -> bool:
+    head = _COMMAND_HEAD.match(text)
+    return head is not None and head.group(1).lower() in _CONTROL_COMMANDS
 
 
 def _strip_user(text: str, history: list[list[str]] | None = None) -> _Stripped:
