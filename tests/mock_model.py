@@ -36,6 +36,7 @@ class Plan:
     tool: str | None = None
     arguments: dict[str, Any] | None = None
     narration: str = ""  # text streamed beside the tool call (OpenClaw marks it as commentary)
+    delay: float = 0.0  # seconds before the reply: a run still going when the next message arrives
 
 
 def _text_of(content: object) -> str:
@@ -138,6 +139,7 @@ class MockModel:
                     "function": {"name": plan.tool, "arguments": json.dumps(plan.arguments or {})}}
             return plan.narration, [call]
         if plan is not None:
+            time.sleep(plan.delay)
             return plan.reply, []
         return default_reply(user_text), []
 

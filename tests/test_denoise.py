@@ -536,6 +536,11 @@ def test_system_lines_alone_are_skipped_and_stripped_before_real_text() -> None:
 
 def test_queued_banner_alone_is_skipped_and_queued_messages_are_kept() -> None:
     assert skipped(clean_message(user("[Queued messages while agent was busy]\n\n---\nQueued #1\n"))) == "queued_banner"
+    # OpenClaw 2026.9.6 (`chat.send` with queueMode collect, seen on the real gateway) names the sender
+    collected = ("[Queued messages while agent was busy]\n\n---\nQueued #1 (from cli)\nAlso: the regatta is on "
+                 "Sunday.\n\n---\nQueued #2 (from Ada (work))\nAnd bring the spare sail.")
+    assert kept(clean_message(user(collected))) == "Also: the regatta is on Sunday.\n\nAnd bring the spare sail."
+    assert kept(clean_message(user("Queued #3 (from cli) is stuck"))) == "Queued #3 (from cli) is stuck"
     banner = "[Queued messages while agent was busy]\n\n---\nQueued #1\n"
     queued = banner + LINE_INBOUND + "君は珀杏って名前だよ覚えておいて"
     assert kept(clean_message(user(queued))) == "君は珀杏って名前だよ覚えておいて"

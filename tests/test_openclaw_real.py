@@ -92,17 +92,33 @@ class World:
         """A slash command: acted on by the gateway, never a memory."""
         self.gateway.agent(agent, text)
 
-    def control(self, agent: str, text: str) -> None:
-        """A command as the Control UI sends it (`chat.send`; the CLI would pass it to the model as text):
-        OpenClaw writes it as typed and answers it itself (gateway-injected). Neither is a memory."""
+    def send(self, agent: str, text: str, **params: Any) -> Callable[[Callable[[TranscriptRow], bool]], bool]:
+        """`text` sent as the Control UI sends it (`chat.send` into the agent's main session, returning at once);
+        returns a test for rows OpenClaw wrote since."""
         gw = self.gateway
         written = {(r.session_id, r.seq) for r in gw.transcript_rows(agent)}
         gw.run("gateway", "call", "chat.send", "--params", json.dumps({
-            "sessionKey": f"agent:{agent}:main", "message": text, "idempotencyKey": f"control-{agent}-{len(written)}"}),
-            "--json")
-        wait_for(lambda: any(r.event.get("message", {}).get("model") == "gateway-injected"
-                             for r in gw.transcript_rows(agent) if (r.session_id, r.seq) not in written),
+            "sessionKey": f"agent:{agent}:main", "message": text, "idempotencyKey": f"send-{agent}-{len(written)}",
+            **params}), "--json")
+        return lambda test: any(test(r) for r in gw.transcript_rows(agent) if (r.session_id, r.seq) not in written)
+
+    def control(self, agent: str, text: str) -> None:
+        """A command as the Control UI sends it (the CLI would pass it to the model as text): OpenClaw writes it
+        as typed and answers it itself (gateway-injected). Neither is a memory."""
+        since = self.send(agent, text)
+        wait_for(lambda: since(lambda r: r.event.get("message", {}).get("model") == "gateway-injected"),
                  timeout=120, interval=0.3, what=f"OpenClaw's answer to {text}")
+
+    def while_busy(self, agent: str, turn: tuple[str, str], queued: tuple[str, str]) -> None:
+        """`queued` sent while the model is still answering `turn` (queue mode collect): OpenClaw holds it and
+        sends it after that run under its `[Queued messages while agent was busy]` banner. All four are memories."""
+        self.gateway.model.plan(turn[0], Plan(reply=turn[1], delay=10))
+        self.gateway.model.plan(queued[0], Plan(reply=queued[1]))
+        self.send(agent, turn[0])
+        time.sleep(2)
+        since = self.send(agent, queued[0], queueMode="collect")
+        wait_for(lambda: since(lambda r: r.text == queued[1]), timeout=120, interval=0.3, what="the queued reply")
+        self.expected.setdefault(agent, []).extend([*turn, *queued])
 
     def settle(self) -> None:
         wait_settled(self.gateway, self.daemon)
@@ -165,6 +181,8 @@ def world(openclaw: OpenClawInstall, tmp_path_factory: pytest.TempPathFactory) -
                 w.daemon.stop()
 
 
+BUSY = ("Please summarise the harbour rules for the regatta.", "Harbour rules: no wake inside the breakwater.")
+QUEUED = ("Also: bring the spare sail on Sunday.", "The spare sail for Sunday, noted.")
 OFFLINE = ("Offline note: the backup window moves to 02:00 UTC.", "Backup window at 02:00 UTC, noted.")
 
 
@@ -288,6 +306,8 @@ def drive(w: World) -> None:
     webhooks(w)
     w.control("main", "/verbose on")
     w.control("main", "/think low")
+    w.while_busy("main", BUSY, QUEUED)
+    w.notes["queued_row"] = next(r.text for r in gw.transcript_rows("main") if QUEUED[0] in r.text)
 
 
 # What the runtime runs for itself in an agent's store: sub-agents and automations (cron jobs).
@@ -492,6 +512,15 @@ def test_tool_traffic_heartbeats_and_commands_are_not_memory(world: World) -> No
                   "/new", "/reset", "bootstrap", "/verbose", "Verbose", "/think", "Thinking level"):
         assert noise not in data
     assert not [e for e in world.daemon.events("line_invalid")], "a real OpenClaw row was reported invalid"
+
+
+def test_a_message_queued_while_the_agent_was_busy_is_stored_without_its_banner(world: World) -> None:
+    """As OpenClaw 2026.9.6 writes it: the banner, then `---` and `Queued #1 (from <sender>)` before the
+    message (the exact-once test above holds the message itself as the memory)."""
+    assert world.notes["queued_row"].startswith("[Queued messages while agent was busy]"), world.notes["queued_row"]
+    assert "Queued #1 (from " in world.notes["queued_row"], world.notes["queued_row"]
+    data = " ".join(p["payload"]["data"] for p in points_of(world, "main"))
+    assert "Queued" not in data and QUEUED[0] in data
 
 
 def test_search_finds_each_language_for_its_own_agent_only(world: World) -> None:

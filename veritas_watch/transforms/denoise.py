@@ -10,7 +10,7 @@ the other labels; the newer `<Label>: ⟦openclaw:ctx⟧` blocks, fenced or not;
 `Context:` / `Untrusted context` label; `Untrusted context (metadata, ...)` and everything after
 it), envelope prefixes (`[Tue 2026-03-17 07:08 GMT+9] `, `[webchat user +5m host 2026-03-17 07:08
 UTC] `: any bracket at a line start holding a date and time), `[message_id: X]` tags, generated
-`System: [<time>] ...` lines, the queued-messages banner and its `---` / `Queued #N` separators,
+`System: [<time>] ...` lines, the queued-messages banner and its `---` / `Queued #N (from <sender>)` separators,
 `[media attached: ...]` lines and the "To send an image back" hint, the task-binding block,
 `<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>` blocks and the older `OpenClaw runtime context (internal):`
 block that carried a sub-agent's `[Internal task completion event]`s (cut where OpenClaw's own
@@ -206,7 +206,8 @@ _NEW_LABEL = re.compile(r"(?:\[[^\]\n]*\][ \t]*)?[^\n]{1,160}?:[ \t]*⟦openclaw
 # Bounded: user text reaches these patterns, and an unbounded `[^\]]*\d{2}:\d{2}[^\]]*` is quadratic.
 _SYSTEM_LINE = re.compile(r"System(?: \(untrusted\))?: \[(?=[^\]\n]{0,80}\d{2}:\d{2})[^\]\n]{0,80}\]")
 _QUEUED_BANNER: Final = "[Queued messages while agent was busy]"
-_QUEUED_ITEM = re.compile(r"Queued #\d+")
+# `Queued #N`, and since 2026.9 with who sent it: `Queued #N (from <sender>)` (`buildCollectItemPrefix`).
+_QUEUED_ITEM = re.compile(r"Queued #\d+(?: \(from [^\n]{1,200}\))?")
 _MEDIA_HINT_PREFIXES: Final = (
     "To send an image back, prefer the message tool",
     "To send a file back, prefer the message tool",
