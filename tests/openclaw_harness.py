@@ -330,6 +330,16 @@ class OpenClawGateway:
     def transcript_rows(self, agent: str) -> list[TranscriptRow]:
         return transcript_rows(self.agent_db(agent))
 
+    def forgotten(self, agent: str) -> set[str]:
+        """Sessions `openclaw memory forget` recorded as forgotten (their rows stay in the transcript)."""
+        db = self.agent_db(agent)
+        if not db.exists():
+            return set()
+        try:
+            return {sid for (sid,) in query(db, "SELECT session_id FROM memory_session_tombstones")}
+        except sqlite3.OperationalError:  # no such table (yet)
+            return set()
+
     def query(self, agent: str, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
         """A read of what OpenClaw keeps beside the transcript (`session_windows`, ...)."""
         return query(self.agent_db(agent), sql, params)

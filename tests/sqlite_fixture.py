@@ -895,6 +895,16 @@ class OpenClawWriter:
                 self.conn.execute("DELETE FROM session_entries WHERE session_id = ?", (sid,))
                 self.conn.execute("DELETE FROM sessions WHERE session_id = ?", (sid,))
 
+    def forget(self, sid: str, agent_id: str = "main") -> None:
+        """What `openclaw memory forget --session` records (2026.9.6, DDL as the real one reported it): a
+        tombstone row; the session's transcript rows stay."""
+        with self.transaction():
+            self.conn.execute(
+                "CREATE TABLE IF NOT EXISTS memory_session_tombstones (\n  session_id TEXT NOT NULL PRIMARY KEY,\n"
+                "  agent_id TEXT NOT NULL,\n  reason TEXT NOT NULL,\n  created_at INTEGER NOT NULL\n) STRICT")
+            self.conn.execute("INSERT INTO memory_session_tombstones VALUES (?, ?, 'forgotten', ?)",
+                              (sid, agent_id, _now_ms()))
+
     def cold_archive(self, sid: str) -> None:
         """Cold storage (schema 20+): record the archive, then remove the session's transcript rows."""
         assert self.has_cold, "cold archives need schema 20+"

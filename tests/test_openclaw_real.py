@@ -5,8 +5,9 @@ agents under `agents.entries` with explicit ownership (one with its own `workspa
 Japanese and Chinese text, a tool call whose large result OpenClaw stores zstd-compressed, secrets
 that OpenClaw masks before writing, a heartbeat turn, `/new` and `/reset` with a stale and with a
 fresh STATE.md, a compaction, a trim, a fork and a rewind, sub-agents, cron jobs, two agents talking
-through `sessions_send`, webhooks (`/hooks/agent`, `/hooks/wake`), and a deleted session; veritas-watch runs
-the whole time, as it would in production.
+through `sessions_send`, webhooks (`/hooks/agent`, `/hooks/wake`), commands and a queued message sent as the
+Control UI sends them, a session forgotten with `openclaw memory forget`, and a deleted session; veritas-watch
+runs the whole time, as it would in production.
 The tests then compare what veritas-watch stored, logged and wrote with what OpenClaw wrote.
 
 Skipped, with the reason, only where the npm registry cannot be reached and `CI` is not set.
@@ -125,7 +126,8 @@ class World:
 
 
 def wait_settled(gateway: OpenClawGateway, daemon: DaemonProcess, timeout: float = 120) -> None:
-    """Every row OpenClaw wrote is committed by veritas-watch, and a full sweep ran after that."""
+    """Every row OpenClaw wrote is committed by veritas-watch (but those of a forgotten session: never read),
+    and a full sweep ran after that."""
 
     def caught_up() -> bool:
         seqs = read_db_cursors(daemon.data_dir)
@@ -134,7 +136,10 @@ def wait_settled(gateway: OpenClawGateway, daemon: DaemonProcess, timeout: float
             last: dict[str, int] = {}
             for row in gateway.transcript_rows(agent_dir.name):
                 last[row.session_id] = max(last.get(row.session_id, -1), row.seq)
+            forgotten = gateway.forgotten(agent_dir.name)
             for sid, seq in last.items():
+                if sid in forgotten:
+                    continue
                 if seqs.get((str(db), sid), 0) <= seq:
                     return False
         return True
@@ -308,6 +313,7 @@ def drive(w: World) -> None:
     w.control("main", "/think low")
     w.while_busy("main", BUSY, QUEUED)
     w.notes["queued_row"] = next(r.text for r in gw.transcript_rows("main") if QUEUED[0] in r.text)
+    forgotten_session(w)
 
 
 # What the runtime runs for itself in an agent's store: sub-agents and automations (cron jobs).
@@ -394,6 +400,28 @@ def webhooks(w: World) -> None:
              what="the alert")
     w.notes["hook_keys"] = sorted(key for (key,) in gw.query(
         "main", "SELECT DISTINCT session_key FROM session_windows WHERE session_key NOT LIKE 'agent:main:main%'"))
+
+
+PRIVATE = (("Private: my therapist is Dr. Lee on Harbour Street.", "Dr. Lee on Harbour Street, noted."),
+           ("Private: and my pharmacist is Ms. Park.", "Ms. Park, noted."))
+PRIVATE_KEY = "agent:main:private"
+
+
+def forgotten_session(w: World) -> None:
+    """A side session the person has OpenClaw forget (`openclaw memory forget --session`, memory-core's: a
+    tombstone, the rows stay), then goes on in and finally deletes (OpenClaw archives it)."""
+    gw = w.gateway
+    for text, reply in PRIVATE:
+        gw.model.plan(text, Plan(reply=reply))
+    gw.agent("main", PRIVATE[0][0], session_key=PRIVATE_KEY)
+    w.settle()
+    w.notes["private_stored"] = sum(p["payload"]["data"] in PRIVATE[0] for p in w.daemon.export("main"))
+    forgot = json.loads(gw.run("memory", "forget", "--agent", "main", "--session", PRIVATE_KEY, "--json").stdout)
+    w.notes["private_session"] = forgot["sessionIds"][0]
+    wait_for(lambda: w.daemon.events("session_forgotten"), timeout=60, interval=0.2, what="the session forgotten")
+    gw.agent("main", PRIVATE[1][0], session_key=PRIVATE_KEY)
+    w.settle()
+    gw.run("sessions", "delete", PRIVATE_KEY, "--agent", "main", "--yes", "--json")
 
 
 def wait_stable(count: Callable[[], int], at_least: int, what: str, quiet: float = 8) -> int:
@@ -662,6 +690,22 @@ def test_webhook_runs_and_wakes_are_not_memory(world: World) -> None:
                  "Dentist", "session event", "nightly import"):
         assert text not in data, text
     assert len(gaps(world.gaps_before_restart, "main")) == 1, "only the /new with a stale STATE.md"
+
+
+def test_a_session_forgotten_in_openclaw_leaves_memory_for_good(world: World) -> None:
+    """What `openclaw memory forget` removes from OpenClaw's memory goes from veritas-watch's too: stored
+    before, gone after, and neither the turn that followed, nor the session's deletion archive, nor the
+    daemon's restart brings it back (or reports its end: main's one gap is the stale /new's)."""
+    assert world.notes["private_stored"] == 2, "stored before it was forgotten"
+    [event] = [e for e in world.daemon.log_events() if e.get("event") == "session_forgotten"][:1]
+    assert event["session_id"] == world.notes["private_session"] and event["points"] == 2, event
+    archives = list(world.gateway.sessions_dir("main").glob(f"{world.notes['private_session']}.jsonl.deleted.*"))
+    assert archives, "OpenClaw archived the deleted session"
+    private = {text for turn in PRIVATE for text in turn}
+    for points in (world.notes["export"], world.daemon.export()):  # before and after the restart
+        assert not [p for p in points if p["payload"]["data"] in private or "Dr. Lee" in p["payload"]["data"]]
+    hits = world.daemon.post("/memory/search", {"agent_id": "main", "query": "Who is my therapist?", "limit": 5})
+    assert not [h for h in hits["results"] if "Dr. Lee" in h["text"] or "Park" in h["text"]], hits
 
 
 def test_what_agents_say_to_each_other_is_not_memory(world: World) -> None:

@@ -9,8 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon_harness import FIXTURE_SESSIONS, copy_fixture_sessions, running_daemon, wait_for
-from tests.sqlite_fixture import OpenClawWriter, create_database, import_jsonl_file, long_text, message_event
+from tests.daemon_harness import FIXTURE_SESSIONS, DaemonProcess, copy_fixture_sessions, running_daemon, wait_for
+from tests.sqlite_fixture import (
+    OpenClawWriter,
+    create_database,
+    import_jsonl_file,
+    long_text,
+    message_event,
+    zstd_frame,
+)
 
 
 def db_path(state: Path, agent: str = "main") -> Path:
@@ -156,3 +163,43 @@ def test_corrupt_database_is_logged_and_retried(tmp_path: Path) -> None:
         assert daemon.proc is not None and daemon.proc.poll() is None
         errors = [e for e in daemon.log_events() if e.get("event") == "sqlite_source_error"]
         assert len(errors) == 1  # logged once, not once per retry
+
+
+def test_a_session_forgotten_in_openclaw_leaves_memory_for_good(tmp_path: Path) -> None:
+    """`openclaw memory forget --session X` (a tombstone in the agent's database; its rows stay): the
+    session's memories are removed, and neither what is appended to it, nor its deletion archive, nor a
+    restart brings any of it back. The other sessions are untouched."""
+    state, data = tmp_path / "state", tmp_path / "data"
+    path = db_path(state)
+    create_database(path, "v24")
+    sessions = state / "agents" / "main" / "sessions"
+    sessions.mkdir(parents=True)
+
+    def texts(daemon: DaemonProcess) -> set[str]:
+        return {p["payload"]["data"] for p in daemon.export("main")}
+
+    with OpenClawWriter(path) as writer:
+        keep = writer.create_session("agent:main:main")
+        private = writer.create_session("agent:main:private")
+        with running_daemon(state, data) as daemon:
+            writer.append(keep, message_event("The boat is at berth 7.", event_id="k1"))
+            writer.append(private, message_event("My therapist is Dr. Lee.", event_id="p1"),
+                          message_event("Noted, Dr. Lee.", "assistant", event_id="p2"))
+            wait_for(lambda: texts(daemon) == {"The boat is at berth 7.", "My therapist is Dr. Lee.",
+                                               "Noted, Dr. Lee."}, what="all stored")
+            writer.forget(private)
+            wait_for(lambda: texts(daemon) == {"The boat is at berth 7."}, what="the session forgotten")
+            [event] = daemon.events("session_forgotten")
+            assert event["session_id"] == private and event["points"] == 2
+            writer.append(private, message_event("And my pharmacist is Ms. Park.", event_id="p3"))
+            archive = sessions / f"{private}.jsonl.deleted.2026-12-04T02-00-00.000Z.zst"
+            archive.write_bytes(zstd_frame(b"".join(e + b"\n" for e in writer.events(private))))
+            writer.append(keep, message_event("The regatta is on Sunday.", event_id="k2"))
+            wait_for(lambda: "The regatta is on Sunday." in texts(daemon), what="the other session goes on")
+            daemon.wait_idle()
+            assert texts(daemon) == {"The boat is at berth 7.", "The regatta is on Sunday."}
+            assert daemon.get("/status")["sqlite"][0]["lag_rows"] == 0
+            assert not daemon.events("gap_detected")
+        with running_daemon(state, data) as again:
+            again.wait_idle()
+            assert texts(again) == {"The boat is at berth 7.", "The regatta is on Sunday."}

@@ -416,6 +416,31 @@ def test_deleted_session_forgets_its_cursor_and_keeps_its_points(tmp_path: Path)
         assert archived == [("deleted", "zstd")]
 
 
+def test_a_forgotten_session_is_reported_and_read_no_more(tmp_path: Path) -> None:
+    """`openclaw memory forget` leaves the rows and adds a tombstone: the reader names the session in every
+    poll and reads none of it, neither what it held nor what is appended to it."""
+    path = make_db(tmp_path, "v23")
+    with OpenClawWriter(path) as writer, SqliteTranscriptReader(path, AGENT) as reader:
+        keep = writer.create_session("agent:main:keep")
+        private = writer.create_session("agent:main:private")
+        unread = writer.create_session("agent:main:unread")
+        writer.append(keep, message_event("stays"))
+        writer.append(private, message_event("my therapist is Dr. Lee"))
+        lead = Lead(reader)
+        lead.drain()
+        assert lead.poll().forgotten == frozenset()
+        writer.append(unread, message_event("forgotten before it was ever read"))
+        writer.forget(private)
+        writer.forget(unread)
+        writer.append(private, message_event("and my pharmacist is Ms. Park"))
+        writer.append(keep, message_event("still read"))
+        result = lead.poll()
+        assert result.forgotten == {private, unread}
+        assert {b.session_id for b in result.batches} == {keep}
+        assert lead.poll().forgotten == {private, unread}  # an unchanged poll says so too
+        assert not any(b"Park" in data or b"ever read" in data for data in lead.store.values())
+
+
 def test_cold_archived_session_is_not_a_rewrite(tmp_path: Path) -> None:
     path = make_db(tmp_path, "v23")
     with OpenClawWriter(path) as writer, SqliteTranscriptReader(path, AGENT) as reader:

@@ -562,10 +562,14 @@ class Running:
         busy = False
         while True:
             poll = await asyncio.to_thread(rt.sqlite.poll, agent.sqlite, agent.agent_id, rt.sink.read_budget.bytes)
-            if poll is None or not poll.batches:
+            if poll is None:
+                break
+            works = [Work([], unit, cleanup=forget, source=rt.sqlite) for unit, forget in rt.sqlite.forgetting(poll)]
+            if poll.batches:
+                works += await asyncio.to_thread(self._transform_sqlite, poll)
+            if not works:
                 break
             busy = True
-            works = await asyncio.to_thread(self._transform_sqlite, poll)
             for work in works:
                 work.done = loop.create_future()
                 await rt.sink.queue.put(work)
@@ -589,10 +593,11 @@ class Running:
 
     def _transform(self, records: Sequence[RawRecord], state: SessionState, fallback_session: str) -> Transformed:
         emb = self.config.embedding
+        forgotten = self.rt.sqlite.forgotten(records[0].agent_id) if records else frozenset()
         out = transform_records(records, state, fallback_session=fallback_session, redact_key=self.rt.redact_key,
                                 max_line_bytes=self.config.watch.max_line_bytes, chunk_chars=emb.chunk_chars,
                                 chunk_overlap=emb.chunk_overlap,
-                                keep_values=self.capture.keeps_values)
+                                keep_values=self.capture.keeps_values, forgotten=forgotten)
         if out.found:
             self.capture.capture(out.found)  # indexed before the store ever sees the message
         return out

@@ -16,6 +16,7 @@ import hashlib
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Set as AbstractSet
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,7 +102,7 @@ class Transformed:
 
 def transform_records(records: Sequence[RawRecord], state: SessionState, *, fallback_session: str,
                       redact_key: bytes, max_line_bytes: int, chunk_chars: int, chunk_overlap: int,
-                      keep_values: bool = False) -> Transformed:
+                      keep_values: bool = False, forgotten: AbstractSet[str] = frozenset()) -> Transformed:
     """Pure apart from `state`, which it advances (header id, cron classification, turn, last entry time).
 
     A user line may quote a group chat's members (`denoise.history_messages`): each of their
@@ -109,6 +110,8 @@ def transform_records(records: Sequence[RawRecord], state: SessionState, *, fall
     time, the carrying line's `entry_id` and `source`, and a point identity from what it is
     (`member_point_key`), so that a history block quoted again by a later line is the same points.
     Within one call a point comes out once (its last occurrence, as a later call would overwrite it).
+    A session in `forgotten` (the person had OpenClaw forget it) gives nothing, from any copy of it (an
+    archive of it included).
     """
     out = Transformed()
     for record in records:
@@ -121,6 +124,9 @@ def transform_records(records: Sequence[RawRecord], state: SessionState, *, fall
             out.skipped["session_header"] += 1
             continue
         raw_session_id = state.session_id or fallback_session
+        if raw_session_id in forgotten:
+            out.skipped["forgotten_session"] += 1
+            continue
         session_id = clean_field(raw_session_id, redact_key)
         if line.line_type == "reset":
             if state.conversation_entries:  # an empty conversation (`/new` twice) needs no sync

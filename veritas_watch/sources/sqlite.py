@@ -192,6 +192,8 @@ class SqlitePoll:
     batches: tuple[SessionBatch, ...]
     has_more: bool  # poll again now: the row or byte budget stopped this one early
     unchanged: bool = False  # nothing was committed since the previous poll: batches is empty
+    # Sessions the person had OpenClaw forget (`openclaw memory forget`: a row in `memory_session_tombstones`)
+    forgotten: frozenset[str] = frozenset()
 
 
 def event_entry_id(data: bytes) -> str:
@@ -225,6 +227,7 @@ class _Shape:
     cold_table: bool
     meta_cols: frozenset[str]
     identities: bool  # transcript_event_identities(session_id, event_id): which session holds which event
+    tombstones: bool  # memory_session_tombstones(session_id): sessions `openclaw memory forget` forgot
 
 
 def _table_columns(conn: sqlite3.Connection, table: str) -> frozenset[str]:
@@ -261,7 +264,10 @@ def _probe(conn: sqlite3.Connection, cookie: int) -> _Shape:
     meta_cols = _table_columns(conn, "schema_meta") if "schema_meta" in tables else frozenset()
     identities = ("transcript_event_identities" in tables
                   and {"session_id", "event_id"} <= _table_columns(conn, "transcript_event_identities"))
-    return _Shape(cookie, events_cols, layout, window_cols, node_cols, watermark, cold, meta_cols, identities)
+    tombstones = ("memory_session_tombstones" in tables
+                  and "session_id" in _table_columns(conn, "memory_session_tombstones"))
+    return _Shape(cookie, events_cols, layout, window_cols, node_cols, watermark, cold, meta_cols, identities,
+                  tombstones)
 
 
 def _text(value: object) -> str | None:
@@ -346,6 +352,7 @@ class _Settled:
     cursors: dict[str, SessionCursor]
     schema: SchemaInfo
     sessions: tuple[SessionInfo, ...]
+    forgotten: frozenset[str]
 
 
 @dataclass
@@ -368,6 +375,7 @@ class _Snapshot:
     stats: dict[str, tuple[int, int | None]] = field(default_factory=dict)  # max seq, its created_at
     generations: dict[str, str] = field(default_factory=dict)
     cold: frozenset[str] = frozenset()
+    forgotten: frozenset[str] = frozenset()
 
 
 class SqliteTranscriptReader:
@@ -464,7 +472,8 @@ class SqliteTranscriptReader:
         data_version = int(conn.execute("PRAGMA data_version").fetchall()[0][0])
         settled = self._settled
         if settled is not None and settled.data_version == data_version and settled.cursors == cursors:
-            return SqlitePoll(str(self.path), self.agent_id, settled.schema, settled.sessions, (), False, True)
+            return SqlitePoll(str(self.path), self.agent_id, settled.schema, settled.sessions, (), False, True,
+                              settled.forgotten)
         conn.execute("BEGIN")  # one snapshot for every statement below
         try:
             snap = self._snapshot(conn)
@@ -482,8 +491,9 @@ class SqliteTranscriptReader:
                     committed.pop(batch.session_id, None)
                 else:
                     committed[batch.session_id] = batch.cursor
-            self._settled = _Settled(data_version, committed, snap.schema, sessions)
-        return SqlitePoll(str(self.path), self.agent_id, snap.schema, sessions, tuple(batches), more)
+            self._settled = _Settled(data_version, committed, snap.schema, sessions, snap.forgotten)
+        return SqlitePoll(str(self.path), self.agent_id, snap.schema, sessions, tuple(batches), more,
+                          forgotten=snap.forgotten)
 
     def _snapshot(self, conn: sqlite3.Connection) -> _Snapshot:
         cookie = int(conn.execute("PRAGMA schema_version").fetchall()[0][0])
@@ -516,6 +526,10 @@ class SqliteTranscriptReader:
             snap.cold = frozenset(
                 _text(r[0]) or "" for r in conn.execute(
                     "SELECT session_id FROM session_transcript_cold_archives").fetchall()
+            )
+        if shape.tombstones:
+            snap.forgotten = frozenset(
+                _text(r[0]) or "" for r in conn.execute("SELECT session_id FROM memory_session_tombstones").fetchall()
             )
         snap.windows = self._windows(conn, snap)
         return snap
@@ -576,7 +590,8 @@ class SqliteTranscriptReader:
 
     def _read_sessions(self, conn: sqlite3.Connection, snap: _Snapshot, cursors: dict[str, SessionCursor],
                        budget: _Budget) -> tuple[list[SessionBatch], bool]:
-        order = sorted(set(cursors) | set(snap.stats))
+        # A forgotten session is read no more, whatever it still holds (its rows stay in OpenClaw's store).
+        order = sorted((set(cursors) | set(snap.stats)) - snap.forgotten)
         if self._resume_after is not None:
             split = next((i for i, sid in enumerate(order) if sid > self._resume_after), 0)
             order = order[split:] + order[:split]

@@ -69,6 +69,7 @@ class SourceHealth:
     next_try: float = 0.0
     backoff: float = 1.0
     infos: dict[str, dict[str, object]] = field(default_factory=dict)
+    forgotten: frozenset[str] = frozenset()  # never read again: no lag
 
 
 class SqliteFeed:
@@ -78,6 +79,7 @@ class SqliteFeed:
         self.states: dict[str, dict[str, SqliteCursor]] = {}
         self.health: dict[str, SourceHealth] = {}
         self._agents: dict[str, str] = {}  # db -> agent id
+        self._forgotten_done: dict[str, set[str]] = {}  # db -> forgotten sessions removed by this process
 
     def poll(self, path: Path, agent_id: str, max_bytes: int = DEFAULT_MAX_BYTES) -> SqlitePoll | None:
         """One poll of one database, up to `max_bytes` of events (worker thread). Errors are logged once and
@@ -112,6 +114,7 @@ class SqliteFeed:
             log.info("sqlite_source_recovered", agent=agent_id, db=db)
         health.error, health.backoff = None, 1.0
         health.schema_version = result.schema.schema_version
+        health.forgotten = result.forgotten
         if not result.unchanged:
             health.sessions = len(result.sessions)
             health.infos = {s.session_id: {"ended": s.ended, "last_seq": s.last_seq} for s in result.sessions}
@@ -123,8 +126,11 @@ class SqliteFeed:
     def _lag(self, db: str) -> int:
         """Rows written but not yet committed, over all sessions of one database."""
         lag = 0
-        for sid, info in self.health[db].infos.items():
+        health = self.health[db]
+        for sid, info in health.infos.items():
             last_seq = info["last_seq"]
+            if sid in health.forgotten:
+                continue
             if isinstance(last_seq, int):
                 state = self.states.get(db, {}).get(sid)
                 lag += max(0, last_seq + 1 - (state.next_seq if state is not None else 0))
@@ -135,6 +141,28 @@ class SqliteFeed:
         return [SqliteSource(self._agents.get(db) or sqlite_agent_id(db), dict(states),
                              h.lag_rows if (h := self.health.get(db)) is not None else 0)
                 for db, states in list(self.states.items())]
+
+    def forgetting(self, poll: SqlitePoll) -> list[tuple[SqliteUnit, Callable[[Store], None]]]:
+        """Sessions the person had OpenClaw forget (`openclaw memory forget`): for each one this process has
+        not forgotten yet or that still has a cursor, the removal of its points, then the end of its cursor
+        (committed once they are gone). The reader reads a forgotten session no more and the transforms drop
+        any other copy of it (`forgotten`), so nothing brings it back; no end of it is reported."""
+        db = poll.db_path
+        states = self.states.get(db, {})
+        done = self._forgotten_done.setdefault(db, set())
+        due = sorted(sid for sid in poll.forgotten if sid in states or sid not in done)
+        done.update(due)  # once per process: after a restart each is looked for again (a cheap, empty scroll)
+        # the id its points carry: the session header's (the same as OpenClaw's own for what it writes)
+        point_ids = {sid: (states[sid].session.session_id if sid in states else None) or sid for sid in due}
+        return [(SqliteUnit(db, sid, None), forget_points(poll.agent_id, db, sid, point_ids[sid])) for sid in due]
+
+    def forgotten(self, agent_id: str) -> frozenset[str]:
+        """The sessions forgotten in this agent's database, as its last poll saw them."""
+        found: frozenset[str] = frozenset()
+        for db, agent in self._agents.items():
+            if agent == agent_id and (health := self.health.get(db)) is not None:
+                found |= health.forgotten
+        return found
 
     def session_state(self, db: str, batch: SessionBatch) -> SessionState:
         """What the transforms start this batch from: the committed session state (a fresh one for a rewalk,
@@ -230,6 +258,19 @@ class SqliteFeed:
     def close(self) -> None:
         for reader in self._readers.values():
             reader.close()
+
+
+def forget_points(agent_id: str, db: str, session_id: str, point_session_id: str) -> Callable[[Store], None]:
+    """Remove every point of a forgotten session (its turns and its chunks, wherever they were read from)."""
+
+    def cleanup(store: Store) -> None:
+        ids = [pid for sid in dict.fromkeys((point_session_id, session_id))
+               for pid, _, _ in store.scroll(agent_id, session_id=sid)]
+        if ids:  # nothing to say when a restart finds nothing left
+            store.delete(ids)
+            log.info("session_forgotten", agent=agent_id, db=db, session_id=session_id, points=len(ids))
+
+    return cleanup
 
 
 def taken_back(points: Sequence[tuple[str, Mapping[str, object]]], present: AbstractSet[object]) -> list[str]:
