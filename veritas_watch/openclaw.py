@@ -31,9 +31,10 @@ SQLITE_NAME = "openclaw-agent.sqlite"
 _LIVE = re.compile(r"^(?P<stem>[^/]+)\.jsonl$")
 _ARCHIVE = re.compile(r"^(?P<stem>[^/]+)\.jsonl\.(?P<kind>reset|deleted)\.(?P<ts>[^/]+)$")
 # Derived copies and runtime traces: indexing them would double-index or add non-conversation.
-# Staging files (`<archive>.zst.<uuid>.stage`, written while OpenClaw 2026.9 archives a deleted session)
-# are unfinished copies; compressed archives (`.zst`) are not read by the tailer.
-_DERIVED = re.compile(r"\.(bak\.|checkpoint\.)|\.trajectory|\.lock$|-tmp$|\.tmp$|\.zst$|\.zst\.|\.stage$|\.part$")
+# Staging files (`<archive>.<digest>.<uuid>.jsonl-stage`, then `<archive>.zst.<uuid>.stage`, written while
+# OpenClaw 2026.9 archives a deleted session) are unfinished copies; compressed archives (`.zst`) are not read
+# by the tailer.
+_DERIVED = re.compile(r"\.(bak\.|checkpoint\.)|\.trajectory|\.lock$|-tmp$|\.tmp$|\.zst$|\.zst\.|[.-]stage$|\.part$")
 
 TranscriptKind = Literal["live", "reset", "deleted"]
 

@@ -1,7 +1,7 @@
 """Compressed transcript archives: `<id>.jsonl.(reset|deleted).<ts>[.<digest>].zst`.
 
 OpenClaw 2026.9 writes one when a session is deleted (`openclaw sessions delete`, through a
-`.stage` file renamed into place, so a finished name is a finished file), and newer versions may
+`.jsonl-stage` then a `.stage` file renamed into place, so a finished name is a finished file), and newer versions may
 compress reset archives the same way. Such a file holds the session's transcript as JSONL. It is
 history like an uncompressed `.reset`/`.deleted` archive, and sometimes the only copy: a session
 created and deleted while veritas-watch was not running exists nowhere else.
