@@ -133,7 +133,8 @@ class SessionInfo:
     session_key: str | None
     previous_session_id: str | None  # set on a reset / rollover / fork window
     started_at: int | None  # epoch ms (started_at, else created_at)
-    # The key moved on to another window (a rollover, or a reset in builds that opened a new window).
+    # The key moved on to another window (an idle or daily reset of a message through `openclaw agent` on
+    # 2026.9.6, or a reset in builds that opened a new window).
     # Not `ended_at`: OpenClaw 2026.9 sets it (and status 'done') after every finished run.
     ended: bool
     ended_at: int | None  # epoch ms, as OpenClaw recorded it: when the last run finished
