@@ -315,7 +315,7 @@ class OpenClawGateway:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, 9)
             self.proc.wait(timeout=30)
-            kill_strays(self.state_dir)
+            kill_strays(self.state_dir, self.install.node_bin / "node")
 
 
     # -- what OpenClaw wrote -------------------------------------------------------------------------
@@ -345,14 +345,17 @@ class OpenClawGateway:
         return query(self.agent_db(agent), sql, params)
 
 
-def kill_strays(state_dir: Path) -> None:
-    """OpenClaw's workers may leave the gateway's process group: end every process of this state dir."""
+def kill_strays(state_dir: Path, node: Path) -> None:
+    """OpenClaw's workers may leave the gateway's process group: end every `node` process of this state dir.
+    Only node's: a veritas-watch daemon watching the state dir has it in its environment too, and a gateway
+    restart must not take it down."""
     marker = f"OPENCLAW_STATE_DIR={state_dir}".encode()
+    node = node.resolve()
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit() or int(proc.name) == os.getpid():
             continue
         try:
-            if marker in (proc / "environ").read_bytes().split(b"\0"):
+            if (proc / "exe").resolve() == node and marker in (proc / "environ").read_bytes().split(b"\0"):
                 os.kill(int(proc.name), 9)
         except (OSError, ValueError):
             continue

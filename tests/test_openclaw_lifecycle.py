@@ -1,4 +1,6 @@
-"""An automatic reset, as the real OpenClaw 2026.9.6 does it, is the end of a conversation.
+"""What the real OpenClaw 2026.9.6 does over time: automatic resets and a gateway restart in mid-turn.
+
+An automatic reset is the end of a conversation.
 
 With `session.reset` set to `idle` (or `daily`), OpenClaw writes nothing when a session expires; the next
 message starts the next conversation, in one of two ways depending on how it arrives:
@@ -8,6 +10,11 @@ message starts the next conversation, in one of two ways depending on how it arr
   its `previous_session_id` the expired session, and no `reset` event.
 veritas-watch must take either for the end of the conversation before it: one `conversation_ended` each,
 one gap each while STATE.md is stale, none again after a restart, and every turn stored once.
+
+A gateway restart while a turn is running is no end: after it OpenClaw finishes the interrupted turn,
+prompting the model with a `[System] Your previous turn was interrupted by a gateway restart...` message
+that it writes as a user row (provenance `internal_system`). That prompt is not memory; the person's
+message and the answer are, once. (It runs on another agent, `ops`, while `main` waits out its timer.)
 
 Skipped, with the reason, only where the npm registry cannot be reached (and `CI` is not set).
 """
@@ -33,6 +40,9 @@ IDLE_MINUTES = 1  # the least OpenClaw accepts
 FIRST = ("The dinghy's mooring is buoy 14.", "Buoy 14 for the dinghy, noted.")
 SECOND = ("The regatta briefing is at nine.", "Briefing at nine, noted.")
 THIRD = ("Ada's new boat is called Petrel.", "Petrel, noted.")
+WARM = ("The ops rota starts on Monday.", "Rota from Monday, noted.")
+LONG = ("Draft the harbour evacuation plan.", "Evacuation plan: muster at the east slipway.")
+RECOVERY = "Your previous turn was interrupted by a gateway restart"
 
 
 @dataclass
@@ -42,26 +52,48 @@ class World:
     notes: dict[str, Any] = field(default_factory=dict)
 
 
-def agent_turn(gw: OpenClawGateway, turn: tuple[str, str]) -> None:
-    """Through `openclaw agent`, into main's main session."""
+def agent_turn(gw: OpenClawGateway, turn: tuple[str, str], agent: str = "main") -> float:
+    """Through `openclaw agent`, into the agent's main session; returns when it was answered (OpenClaw's idle
+    timer runs from the run's last write)."""
     gw.model.plan(turn[0], Plan(reply=turn[1]))
-    assert turn[1] in gw.agent("main", turn[0]).reply
+    assert turn[1] in gw.agent(agent, turn[0]).reply
+    return time.monotonic()
+
+
+def chat_send(gw: OpenClawGateway, agent: str, text: str) -> None:
+    """Through the reply pipeline: `chat.send`, as the Control UI sends it (returns at once)."""
+    gw.run("gateway", "call", "chat.send", "--params", json.dumps({
+        "sessionKey": f"agent:{agent}:main", "message": text, "idempotencyKey": f"send-{text[:12]}"}), "--json")
+
+
+def written(gw: OpenClawGateway, agent: str, text: str) -> None:
+    wait_for(lambda: any(r.text == text for r in gw.transcript_rows(agent)), timeout=180, interval=0.3,
+             what=f"OpenClaw wrote {text!r}")
 
 
 def chat_turn(gw: OpenClawGateway, turn: tuple[str, str]) -> None:
-    """Through the reply pipeline: `chat.send`, as the Control UI sends it."""
     gw.model.plan(turn[0], Plan(reply=turn[1]))
-    gw.run("gateway", "call", "chat.send", "--params", json.dumps({
-        "sessionKey": "agent:main:main", "message": turn[0], "idempotencyKey": f"idle-{turn[0][:12]}"}), "--json")
-    wait_for(lambda: any(r.text == turn[1] for r in gw.transcript_rows("main")), timeout=120, interval=0.3,
-             what="the reply to chat.send")
+    chat_send(gw, "main", turn[0])
+    written(gw, "main", turn[1])
 
 
-def expire(w: World) -> int:
-    """Wait out the idle timer (OpenClaw writes nothing); the conversation ends seen so far."""
-    time.sleep(IDLE_MINUTES * 60 + 5)
+def interrupted_turn(gw: OpenClawGateway) -> None:
+    """ops' model is still answering when the gateway restarts (SIGTERM, then SIGKILL after 5 s)."""
+    agent_turn(gw, WARM, "ops")
+    gw.model.plan(LONG[0], Plan(reply=LONG[1], delay=30))
+    chat_send(gw, "ops", LONG[0])
+    written(gw, "ops", LONG[0])
+    time.sleep(2)  # the model request is out
+    gw.model.plan(LONG[0], Plan(reply=LONG[1]))  # answered at once when OpenClaw resumes the turn
+    gw.restart()
+    written(gw, "ops", LONG[1])
+
+
+def expire(w: World, since: float) -> int:
+    """Wait out main's idle timer, started at `since` (OpenClaw writes nothing); the conversation ends seen."""
+    time.sleep(max(0.0, since + IDLE_MINUTES * 60 + 10 - time.monotonic()))
     wait_settled(w.gateway, w.daemon)
-    return len(w.daemon.events("conversation_ended"))
+    return len([e for e in w.daemon.events("conversation_ended") if e["agent"] == "main"])
 
 
 def windows(w: World) -> list[tuple[Any, ...]]:
@@ -75,17 +107,20 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     openclaw = install_or_skip()
     root = tmp_path_factory.mktemp("openclaw-idle")
     policy = {"session": {"reset": {"mode": "idle", "idleMinutes": IDLE_MINUTES}}}
-    with running_gateway(openclaw, root, {"main": {"name": "Main"}}, extra_config=policy) as gw:
-        gw.workspace("main").mkdir(parents=True, exist_ok=True)
-        (gw.workspace("main") / "STATE.md").write_text(STALE_STATE)
+    with running_gateway(openclaw, root, {"main": {"name": "Main"}, "ops": {"name": "Ops"}},
+                         extra_config=policy) as gw:
+        for agent in ("main", "ops"):
+            gw.workspace(agent).mkdir(parents=True, exist_ok=True)
+            (gw.workspace(agent) / "STATE.md").write_text(STALE_STATE)
         daemon = DaemonProcess(gw.state_dir, root / "vw-data", {"HOME": str(gw.home)}).start()
         w = World(gw, daemon)
         try:
-            agent_turn(gw, FIRST)
-            w.notes["ends_at_expiry"] = [expire(w)]
-            agent_turn(gw, SECOND)  # rolls the session over to a new window
+            since = agent_turn(gw, FIRST)
+            interrupted_turn(gw)
+            w.notes["ends_at_expiry"] = [expire(w, since)]
+            since = agent_turn(gw, SECOND)  # rolls the session over to a new window
             w.notes["windows_after_rollover"] = windows(w)
-            w.notes["ends_at_expiry"].append(expire(w))
+            w.notes["ends_at_expiry"].append(expire(w, since))
             chat_turn(gw, THIRD)  # a reset event in that window
             wait_settled(gw, daemon)
             w.notes["ended"] = daemon.events("conversation_ended")
@@ -127,7 +162,7 @@ def test_an_expiry_alone_ends_nothing(world: World) -> None:
 
 def test_each_automatic_reset_ends_the_conversation_before_it_once(world: World) -> None:
     first, second = sessions(world)
-    ended = world.notes["ended"]
+    ended = [e for e in world.notes["ended"] if e["agent"] == "main"]
     assert [e["session"] for e in ended] == [first, second], ended
 
 
@@ -137,15 +172,33 @@ def test_with_a_stale_state_md_each_is_one_gap_at_its_conversations_last_memory(
     points = [p["payload"] for p in world.notes["export"]]
     last_first = max(p["timestamp"] for p in points if p["session_id"] == first)
     last_second = max(p["timestamp"] for p in points if p["session_id"] == second and p["position"] < reset)
-    gaps = world.notes["gaps"]
+    gaps = [g for g in world.notes["gaps"] if g["agent"] == "main"]
     assert [(g["session"], g["session_end"]) for g in gaps] == [(first, last_first), (second, last_second)], gaps
     assert not world.notes["gaps_after_restart"], world.notes["gaps_after_restart"]
 
 
 def test_every_turn_is_memory_once(world: World) -> None:
     first, second = sessions(world)
-    stored = [(p["payload"]["session_id"], p["payload"]["data"]) for p in world.notes["export"]]
+    stored = [(p["payload"]["session_id"], p["payload"]["data"]) for p in world.notes["export"]
+              if p["payload"]["agent_id"] == "main"]
     expected = [(first, t) for t in FIRST] + [(second, t) for t in (*SECOND, *THIRD)]
     assert sorted(stored) == sorted(expected), stored
     hits = world.daemon.search("main", "Which buoy is the dinghy moored at?")
     assert hits and "buoy 14" in hits[0]["text"].lower(), hits
+
+
+# -- a gateway restart in mid-turn -------------------------------------------------------------------
+
+def test_openclaw_finished_the_interrupted_turn_after_prompting_with_a_user_row(world: World) -> None:
+    rows = [r for r in world.gateway.transcript_rows("ops") if r.type == "message"]
+    texts = [(r.role, r.text) for r in rows]
+    recovery = [t for t in texts if RECOVERY in t[1]]
+    assert len(recovery) == 1 and recovery[0][0] == "user", texts
+    assert texts.index(("user", LONG[0])) < texts.index(recovery[0]) < texts.index(("assistant", LONG[1]))
+
+
+def test_a_restart_in_mid_turn_is_no_end_and_its_recovery_prompt_no_memory(world: World) -> None:
+    ops = [p["payload"] for p in world.notes["export"] if p["payload"]["agent_id"] == "ops"]
+    assert sorted(p["data"] for p in ops) == sorted([*WARM, *LONG]), [p["data"] for p in ops]
+    assert not [e for e in world.notes["ended"] if e["agent"] == "ops"]
+    assert not [g for g in world.notes["gaps"] if g["agent"] == "ops"]
