@@ -107,9 +107,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     openclaw = install_or_skip()
     root = tmp_path_factory.mktemp("openclaw-idle")
     policy = {"session": {"reset": {"mode": "idle", "idleMinutes": IDLE_MINUTES}}}
-    with running_gateway(openclaw, root, {"main": {"name": "Main"}, "ops": {"name": "Ops"}},
-                         extra_config=policy) as gw:
-        for agent in ("main", "ops"):
+    agents = {"main": {"name": "Main"}, "ops": {"name": "Ops"}}
+    with running_gateway(openclaw, root, agents, extra_config=policy) as gw:
+        for agent in agents:
             gw.workspace(agent).mkdir(parents=True, exist_ok=True)
             (gw.workspace(agent) / "STATE.md").write_text(STALE_STATE)
         daemon = DaemonProcess(gw.state_dir, root / "vw-data", {"HOME": str(gw.home)}).start()

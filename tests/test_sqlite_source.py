@@ -76,7 +76,7 @@ class Lead:
         for batch in poll.batches:
             if batch.rewalk:
                 self.rewalks.append(batch.rewalk_reason or "")
-                if batch.present_event_ids is not None:
+                if batch.present_event_ids is not None and batch.rewalk_reason != "restored":
                     for key in [k for k in self.store if k[0] == batch.point_session_id
                                 and k[1] not in batch.present_event_ids]:
                         del self.store[key]
@@ -273,31 +273,50 @@ def test_taken_back_keeps_history_trimmed_from_the_front() -> None:
     assert taken_back(chunks, {"e2", "e3", "e4", "e5"}) == []
 
 
-def test_rewrite_without_rotation_is_caught_by_event_id(tmp_path: Path) -> None:
+# OpenClaw rotates the generation with every destructive change; other events under the generation the rows
+# were read with are the database gone back in time (a backup put in place): nothing was taken back.
+
+def test_another_event_under_the_same_generation_is_a_restore_caught_by_event_id(tmp_path: Path) -> None:
     path = make_db(tmp_path, "v23")
     with OpenClawWriter(path) as writer, SqliteTranscriptReader(path, AGENT) as reader:
         sid = writer.create_session("agent:main:main")
         writer.append(sid, *(message_event(f"m{i}") for i in range(5)))
         lead = Lead(reader)
         lead.drain()
+        before = dict(lead.store)
         writer.rewrite_suffix(sid, 3, [message_event("x"), message_event("y"), message_event("z")],
                               rotate_generation=False)
         (batch,) = lead.poll().batches
-        assert batch.rewalk and batch.rewalk_reason == "event_changed"
-        assert lead.store == writer_truth(writer)
+        assert batch.rewalk and batch.rewalk_reason == "restored"
+        assert lead.store == {**before, **writer_truth(writer)}  # the events it lost stay
+        assert len(lead.store) > len(writer_truth(writer))
 
 
-def test_vanished_rows_are_caught_by_row_count(tmp_path: Path) -> None:
+def test_vanished_rows_under_the_same_generation_are_a_restore_caught_by_row_count(tmp_path: Path) -> None:
     path = make_db(tmp_path, "v19")
     with OpenClawWriter(path) as writer, SqliteTranscriptReader(path, AGENT) as reader:
         sid = writer.create_session("agent:main:main")
         writer.append(sid, *(message_event(f"m{i}") for i in range(6)))
         lead = Lead(reader)
         lead.drain()
+        before = dict(lead.store)
         writer.delete_rows(sid, [2, 3], rotate_generation=False)  # same last row, same generation
         writer.append(sid, message_event("next turn"))  # found no later than the session's next append
         (batch,) = lead.poll().batches
-        assert batch.rewalk and batch.rewalk_reason == "rows_changed"
+        assert batch.rewalk and batch.rewalk_reason == "restored"
+        assert lead.store == {**before, **writer_truth(writer)}
+
+
+def test_without_a_generation_a_changed_event_is_a_rewrite(tmp_path: Path) -> None:
+    path = make_db(tmp_path, "early")  # no watermark table: a rewrite cannot be told from a restore
+    with OpenClawWriter(path) as writer, SqliteTranscriptReader(path, AGENT) as reader:
+        sid = writer.create_session("agent:main:main")
+        writer.append(sid, *(message_event(f"m{i}") for i in range(5)))
+        lead = Lead(reader)
+        lead.drain()
+        writer.rewrite_suffix(sid, 3, [message_event("x"), message_event("y")], rotate_generation=False)
+        (batch,) = lead.poll().batches
+        assert batch.rewalk and batch.rewalk_reason in ("rows_changed", "event_changed")
         assert lead.store == writer_truth(writer)
 
 

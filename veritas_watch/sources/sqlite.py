@@ -12,7 +12,9 @@ same `RawRecord`s the JSONL tailer produces, one short read transaction per `pol
 - a per-session `SessionCursor` says what was consumed; a rewrite underneath it (generation
   rotation, a different event at the cursor's last seq, rows that vanished, a vanished window)
   makes the session's next batch a *rewalk* from its first row, with the set of event ids that
-  still exist so stale points can be removed.
+  still exist so stale points can be removed. OpenClaw rotates the generation with every
+  destructive change of its own; consumed rows that changed under an unchanged generation are the
+  database gone back in time (a backup restored), a rewalk with reason `restored`.
 
 It is synchronous by design: the daemon runs `poll()` in a worker thread. Calls are serialised
 by a lock; a reader is cheap, keep one per database.
@@ -49,7 +51,8 @@ _SEQ_MIN = -(2**63)
 _WATERMARK_TABLES = ("transcript_rewrite_watermarks", "session_transcript_generations")
 
 Layout = Literal["windows", "sessions", "none"]
-RewalkReason = Literal["generation_changed", "rows_changed", "event_changed", "window_vanished"]
+# rows_changed / event_changed: where no generation tells a rewrite from a restore (older schemas).
+RewalkReason = Literal["generation_changed", "rows_changed", "event_changed", "restored", "window_vanished"]
 
 
 class SqliteSourceError(Exception):
@@ -646,23 +649,26 @@ class SqliteTranscriptReader:
         max_seq, _ = snap.stats[sid]
         if cursor.generation is not None and generation is not None and generation != cursor.generation:
             return "generation_changed"  # OpenClaw rotates it with every destructive change
+        # "Rotate the watermark in the same transaction as destructive transcript replacement" (2026.9.6):
+        # consumed rows changed under the generation they were read with are not OpenClaw's rewrite.
+        unrotated = generation is not None and generation == cursor.generation
         # Counting costs O(rows of the session), so it is skipped when an unchanged watermark vouches
-        # for the rows and nothing was appended: a rows-only deletion that did not rotate it (which
-        # OpenClaw never does) is then found at the session's next append.
-        if generation is None or generation != cursor.generation or max_seq >= cursor.next_seq:
+        # for the rows and nothing was appended: rows deleted without a rotation (OpenClaw never does
+        # that; a restored older copy of the database can) are then found at the session's next append.
+        if not unrotated or max_seq >= cursor.next_seq:
             below = int(conn.execute(
                 "SELECT count(*) FROM transcript_events WHERE session_id = ? AND seq < ?",
                 (sid, cursor.next_seq)).fetchall()[0][0])
             if below != cursor.row_count:
                 if sid in snap.cold and below < cursor.row_count:
                     return "cold"  # partly moved to a cold archive: keep what we have
-                return "rows_changed"
+                return "restored" if unrotated else "rows_changed"
         if cursor.row_count == 0:
             return None
-        # Belt and braces for a writer that did not rotate the watermark (or a schema without one):
-        # the last consumed row must still be the same event.
+        # The last consumed row must still be the same event: another one there is a rewrite where no
+        # generation can say so (a schema without one), else the database went back in time.
         if not self._same_event_at(conn, snap.shape, sid, cursor.next_seq - 1, cursor.last_event_id):
-            return "event_changed"
+            return "restored" if unrotated else "event_changed"
         return None
 
     def _same_event_at(self, conn: sqlite3.Connection, shape: _Shape, sid: str, seq: int,

@@ -194,8 +194,9 @@ class SqliteFeed:
                                                facts.session_kind or "unknown", "deleted", where))
             return SqliteUnit(db, batch.session_id, dataclasses.replace(previous, vanished=True, pending_ends=pending))
         # A rewalk reads the session again from its first row: its resets come again, and only the
-        # ones past what was already handed on are new.
-        handed = previous.ends_through_seq if previous is not None else None
+        # ones past what was already handed on are new. After a restore the seqs past the restored rows
+        # are new events' (what was handed on again is the gap store's to drop: same session, same end).
+        handed = previous.ends_through_seq if previous is not None and batch.rewalk_reason != "restored" else None
         pending += [e for e in ends if e.seq is None or handed is None or e.seq > handed]
         return SqliteUnit(db, batch.session_id, SqliteCursor(
             batch.cursor, dataclasses.replace(state, session_id=batch.point_session_id),
@@ -292,17 +293,23 @@ def _epoch(payload: Mapping[str, object]) -> float | None:
 
 def stale_point_cleanup(db: str, agent_id: str, batch: SessionBatch) -> Callable[[Store], None] | None:
     """On a rewalk, before its points are stored again: remove this session's SQLite points that the rewrite
-    took back (`taken_back`; the store then holds only what was there before the rewrite)."""
+    took back (`taken_back`; the store then holds only what was there before the rewrite). A database gone
+    back in time (`restored`: a backup put in place) took nothing back: what was said since is held nowhere
+    else now, and stays."""
     present = batch.present_event_ids
     if present is None:
         return None
     prefix = f"{db}#{batch.session_id}:"
+    restored = batch.rewalk_reason == "restored"
 
     def cleanup(store: Store) -> None:
         points = [(pid, payload) for pid, payload, _ in store.scroll(agent_id, session_id=batch.point_session_id)
                   if str(payload.get("source", "")).startswith(prefix)]
-        stale = taken_back(points, present)
         gone = sum(1 for _, payload in points if payload.get("entry_id") not in present)
+        if restored:
+            log.info("restored_points_kept", agent=agent_id, db=db, session_id=batch.session_id, points=gone)
+            return
+        stale = taken_back(points, present)
         if stale:
             store.delete(stale)
             log.info("stale_points_removed", agent=agent_id, db=db, session_id=batch.session_id, points=len(stale),
