@@ -24,7 +24,7 @@ import pytest
 from tests.daemon_harness import DaemonProcess
 from tests.mock_model import Plan
 from tests.openclaw_harness import OpenClawGateway, TranscriptRow, install_or_skip, running_gateway
-from tests.test_openclaw_real import STALE_STATE, wait_settled
+from tests.test_openclaw_real import STALE_STATE, restarted, wait_settled
 
 pytestmark = pytest.mark.long  # minutes: started first (tests/conftest.py)
 
@@ -85,14 +85,11 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             w.notes["export"] = daemon.export()
             w.notes["kept"] = daemon.events("restored_points_kept")
             w.notes["gaps"] = daemon.events("gap_detected")
-            assert daemon.stop() == 0
-            w.daemon = DaemonProcess(gw.state_dir, root / "vw-data", {"HOME": str(gw.home)}).start()
-            wait_settled(gw, w.daemon)
-            w.notes["gaps_after_restart"] = w.daemon.events("gap_detected")[len(w.notes["gaps"]):]  # one log
+            w.notes["gaps_after_restart"] = restarted(gw, daemon)
             yield w
         finally:
-            if w.daemon.running:
-                w.daemon.stop()
+            if daemon.running:
+                daemon.stop()
 
 
 def points(w: World) -> list[dict[str, Any]]:

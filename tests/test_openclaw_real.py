@@ -148,6 +148,16 @@ def wait_settled(gateway: OpenClawGateway, daemon: DaemonProcess, timeout: float
     daemon.wait_idle(timeout)  # and one more full sweep (gap checks run after each)
 
 
+def restarted(gateway: OpenClawGateway, daemon: DaemonProcess) -> list[dict[str, Any]]:
+    """Stop the daemon cleanly and start it again on the same dirs; once it caught up, the gaps it reported
+    since (a gap reported again after a restart is a duplicate)."""
+    before = len(daemon.events("gap_detected"))  # one log file across restarts
+    assert daemon.stop() == 0
+    daemon.start()
+    wait_settled(gateway, daemon)
+    return daemon.events("gap_detected")[before:]
+
+
 @pytest.fixture(scope="module")
 def world(openclaw: OpenClawInstall, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     root = tmp_path_factory.mktemp("openclaw-real")
