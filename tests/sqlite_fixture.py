@@ -905,21 +905,37 @@ class OpenClawWriter:
             self.conn.execute("INSERT INTO memory_session_tombstones VALUES (?, ?, 'forgotten', ?)",
                               (sid, agent_id, _now_ms()))
 
-    def cold_archive(self, sid: str) -> None:
-        """Cold storage (schema 20+): record the archive, then remove the session's transcript rows."""
+    def cold_archive(self, sid: str, storage: Literal["file", "sqlite"] = "file") -> Path | None:
+        """Cold storage (schema 20+), as 2026.9.6's worker does it: the session's rows written as a zstd JSONL
+        of records (a `header`, then one `event` per row: seq, event_json, created_at; the identity, index and
+        search records it also keeps are left out here), to `<agent>/sessions/cold/<sha256>.jsonl.zst` or as
+        a blob in the table; then the rows removed. -> the archive file, if one was written."""
         assert self.has_cold, "cold archives need schema 20+"
         with self.transaction():
-            rows = self._rows(sid)
+            rows = self.conn.execute("SELECT seq, event_json, event_zstd, created_at FROM transcript_events"
+                                     " WHERE session_id = ? ORDER BY seq", (sid,)).fetchall()
             assert rows, f"session {sid} has no rows to archive"
-            jsonl = b"".join(data + b"\n" for _, data in rows)
+            records = [{"kind": "header", "version": 1, "sessionId": sid, "generation": self.generation(sid) or "0"}]
+            for seq, event_json, event_zstd, created_at in rows:
+                data = event_json if event_json is not None else zstandard.ZstdDecompressor().decompress(event_zstd)
+                text = data.decode() if isinstance(data, bytes) else data
+                records.append({"kind": "event", "row": {"seq": seq, "event_json": text, "created_at": created_at}})
+            jsonl = "".join(json.dumps(r) + "\n" for r in records).encode()
             blob = zstd_frame(jsonl)
+            sha = hashlib.sha256(blob).hexdigest()
+            path = None
+            if storage == "file":
+                path = self.path.parent.parent / "sessions" / "cold" / f"{sha}.jsonl.zst"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(blob)
             self.conn.execute(
                 "INSERT INTO session_transcript_cold_archives (session_id, generation, archive_name, archive_sha256,"
                 " event_count, raw_bytes, archive_bytes, last_seq, archived_at, storage, archive_blob)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'file', NULL)",
-                (sid, self.generation(sid) or "0", f"{sid}.{uuid.uuid4().hex[:8]}.jsonl.zst",
-                 hashlib.sha256(blob).hexdigest(), len(rows), len(jsonl), len(blob), rows[-1][0], _now_ms()))
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (sid, self.generation(sid) or "0", f"{sha}.jsonl.zst", sha, len(rows), len(jsonl), len(blob),
+                 rows[-1][0], _now_ms(), storage, blob if storage == "sqlite" else None))
             self.conn.execute("DELETE FROM transcript_events WHERE session_id = ?", (sid,))
+        return path
 
     # -- transcript mutations
 

@@ -17,6 +17,7 @@ from typing import Literal
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from structlog.testing import capture_logs
 
 from tests.sqlite_fixture import (
     FIXTURE_SESSIONS,
@@ -474,6 +475,58 @@ def test_cold_archived_session_is_not_a_rewrite(tmp_path: Path) -> None:
         assert lead.cursors[sid] == cursor and lead.store == before
         (info,) = result.sessions
         assert info.cold_archived and info.last_seq is None
+
+
+@pytest.mark.parametrize("storage", ["file", "sqlite"])
+def test_a_session_in_cold_storage_before_it_was_read_is_read_from_its_archive(
+        tmp_path: Path, storage: Literal["file", "sqlite"]) -> None:
+    """A first run on a machine where OpenClaw's cold storage already moved old sessions out of the table."""
+    path = make_db(tmp_path, "v23")
+    with OpenClawWriter(path) as writer, SqliteTranscriptReader(path, AGENT) as reader:
+        sid = writer.create_session("agent:main:old")
+        writer.append(sid, *(message_event(f"old turn {i}") for i in range(3)))
+        truth = writer_truth(writer)
+        archive = writer.cold_archive(sid, storage)
+        assert (archive is not None) == (storage == "file")
+        assert writer.conn.execute("SELECT count(*) FROM transcript_events").fetchone()[0] == 0
+        lead = Lead(reader)
+        lead.drain()
+        assert lead.store == truth  # under the session's header id, as if it had been read hot
+        assert lead.poll().batches == ()  # read once
+        assert lead.cursors[sid].next_seq == 4 and lead.cursors[sid].row_count == 4  # as if read hot
+
+
+def test_only_the_unread_tail_of_a_cold_session_is_read_from_its_archive(tmp_path: Path) -> None:
+    path = make_db(tmp_path, "v23")
+    with OpenClawWriter(path) as writer, SqliteTranscriptReader(path, AGENT) as reader:
+        sid = writer.create_session("agent:main:main")
+        writer.append(sid, message_event("read while hot"))
+        lead = Lead(reader)
+        lead.drain()
+        writer.append(sid, message_event("written while the daemon was down"))
+        truth = writer_truth(writer)
+        writer.cold_archive(sid)
+        deliveries = sum(lead.deliveries.values())
+        lead.drain()
+        assert lead.store == truth
+        assert sum(lead.deliveries.values()) == deliveries + 1
+
+
+def test_an_archive_that_fails_verification_is_told_once_and_read_nothing_from(tmp_path: Path) -> None:
+    path = make_db(tmp_path, "v23")
+    with OpenClawWriter(path) as writer, SqliteTranscriptReader(path, AGENT) as reader:
+        sid = writer.create_session("agent:main:old")
+        writer.append(sid, message_event("old"))
+        archive = writer.cold_archive(sid)
+        assert archive is not None
+        archive.write_bytes(archive.read_bytes()[:-1] + b"\0")  # same size, other bytes
+        with capture_logs() as logs:
+            lead = Lead(reader)
+            lead.drain()
+            lead.poll()
+        assert lead.store == {}
+        told = [e for e in logs if e["event"] == "cold_archive_unreadable"]
+        assert len(told) == 1 and str(archive) == told[0]["path"] and "SHA-256" in told[0]["detail"]
 
 
 # ---------------------------------------------------------------------------------------------

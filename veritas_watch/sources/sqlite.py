@@ -14,7 +14,10 @@ same `RawRecord`s the JSONL tailer produces, one short read transaction per `pol
   makes the session's next batch a *rewalk* from its first row, with the set of event ids that
   still exist so stale points can be removed. OpenClaw rotates the generation with every
   destructive change of its own; consumed rows that changed under an unchanged generation are the
-  database gone back in time (a backup restored), a rewalk with reason `restored`.
+  database gone back in time (a backup restored), a rewalk with reason `restored`;
+- a session in cold storage (`session.maintenance.coldStorage`: its rows moved to a compressed
+  archive, `<agent>/sessions/cold/<sha256>.jsonl.zst` or a blob) is read from that archive where
+  its cursor has not read it yet, verified as OpenClaw verifies it (size and SHA-256).
 
 It is synchronous by design: the daemon runs `poll()` in a worker thread. Calls are serialised
 by a lock; a reader is cheap, keep one per database.
@@ -25,10 +28,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import sqlite3
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -49,6 +53,9 @@ MAX_DECODED_EVENT_BYTES = 64 * 1024 * 1024
 _FETCH_CHUNK = 64
 _SEQ_MIN = -(2**63)
 _WATERMARK_TABLES = ("transcript_rewrite_watermarks", "session_transcript_generations")
+# OpenClaw keeps a transcript over 64 MiB of JSONL hot (never archives it): what a cold archive may decode to.
+MAX_COLD_ARCHIVE_BYTES = 80 * 1024 * 1024
+_COLD_ARCHIVE_NAME = re.compile(r"[a-f0-9]{64}\.jsonl\.zst")  # resolveSessionColdArchivePath's rule
 
 Layout = Literal["windows", "sessions", "none"]
 # rows_changed / event_changed: where no generation tells a rewrite from a restore (older schemas).
@@ -379,6 +386,7 @@ class _Snapshot:
     stats: dict[str, tuple[int, int | None]] = field(default_factory=dict)  # max seq, its created_at
     generations: dict[str, str] = field(default_factory=dict)
     cold: frozenset[str] = frozenset()
+    cold_last_seq: dict[str, int | None] = field(default_factory=dict)  # the last seq each cold archive holds
     forgotten: frozenset[str] = frozenset()
 
 
@@ -397,6 +405,8 @@ class SqliteTranscriptReader:
         self._headers: dict[tuple[str, str | None], str] = {}  # (session, generation) -> point session id
         self._resume_after: str | None = None  # round-robin start, so one backlog cannot starve others
         self._dctx = zstandard.ZstdDecompressor()
+        self._cold: tuple[str, list[tuple[object, ...]]] | None = None  # the last cold archive read (sha, rows)
+        self._cold_failed: set[str] = set()  # archives told unreadable (one line each; bounded by the archives)
 
     # -- lifecycle
 
@@ -527,10 +537,11 @@ class SqliteTranscriptReader:
             ).fetchall():
                 snap.generations[_text(sid) or ""] = _text(generation) or ""
         if shape.cold_table:
-            snap.cold = frozenset(
-                _text(r[0]) or "" for r in conn.execute(
-                    "SELECT session_id FROM session_transcript_cold_archives").fetchall()
-            )
+            snap.cold_last_seq = {
+                _text(sid) or "": _int(last) for sid, last in conn.execute(
+                    "SELECT session_id, last_seq FROM session_transcript_cold_archives").fetchall()
+            }
+            snap.cold = frozenset(snap.cold_last_seq)
         if shape.tombstones:
             snap.forgotten = frozenset(
                 _text(r[0]) or "" for r in conn.execute("SELECT session_id FROM memory_session_tombstones").fetchall()
@@ -595,7 +606,7 @@ class SqliteTranscriptReader:
     def _read_sessions(self, conn: sqlite3.Connection, snap: _Snapshot, cursors: dict[str, SessionCursor],
                        budget: _Budget) -> tuple[list[SessionBatch], bool]:
         # A forgotten session is read no more, whatever it still holds (its rows stay in OpenClaw's store).
-        order = sorted((set(cursors) | set(snap.stats)) - snap.forgotten)
+        order = sorted((set(cursors) | set(snap.stats) | snap.cold) - snap.forgotten)
         if self._resume_after is not None:
             split = next((i for i, sid in enumerate(order) if sid > self._resume_after), 0)
             order = order[split:] + order[:split]
@@ -619,11 +630,11 @@ class SqliteTranscriptReader:
         generation = snap.generations.get(sid)
         if cursor is None:
             if stats is None:
-                return None, False
+                return self._cold_batch(conn, snap, sid, None, budget) if sid in snap.cold else (None, False)
             return self._batch(conn, snap, sid, _SEQ_MIN, 0, generation, budget, rewalk=None)
         if stats is None:  # no rows at all
-            if sid in snap.cold:
-                return None, False  # moved to a cold archive: history, not a rewrite; keep the cursor
+            if sid in snap.cold:  # moved to a cold archive: history, not a rewrite; what is unread is read there
+                return self._cold_batch(conn, snap, sid, cursor, budget)
             self._forget(sid)
             if sid not in snap.windows:
                 return SessionBatch(sid, sid, (), (), None, True, "window_vanished"), False
@@ -730,11 +741,13 @@ class SqliteTranscriptReader:
             raise SqliteSourceError("corrupt", f"non-integer seq {seq!r}", str(self.path))
         return _decode_row(self._dctx, seq, event_json, event_zstd, utf8_bytes, created_at)
 
-    def _point_session_id(self, conn: sqlite3.Connection, shape: _Shape, sid: str, generation: str | None) -> str:
+    def _point_session_id(self, conn: sqlite3.Connection, shape: _Shape, sid: str, generation: str | None,
+                          cold: Sequence[tuple[object, ...]] | None = None) -> str:
         cached = self._headers.get((sid, generation))
         if cached is not None:
             return cached
-        with self._raw_rows(conn, shape, sid, _SEQ_MIN, limit=1) as rows:
+        head = nullcontext(iter(cold)) if cold is not None else self._raw_rows(conn, shape, sid, _SEQ_MIN, limit=1)
+        with head as rows:
             first = next((self._decode(raw) for raw in rows), None)
         point_sid = sid
         if first is not None and first.data is not None:
@@ -749,12 +762,78 @@ class SqliteTranscriptReader:
         self._headers[(sid, generation)] = point_sid
         return point_sid
 
+    def _cold_batch(self, conn: sqlite3.Connection, snap: _Snapshot, sid: str, cursor: SessionCursor | None,
+                    budget: _Budget) -> tuple[SessionBatch | None, bool]:
+        """What the cursor has not read of a session whose rows are in a cold archive, read from the archive
+        (opened only when its recorded last seq says the cursor has not read it all)."""
+        start = cursor.next_seq if cursor is not None else _SEQ_MIN
+        last_seq = snap.cold_last_seq.get(sid)
+        if last_seq is not None and last_seq < start:
+            return None, False
+        rows = self._cold_rows(conn, sid)
+        if rows is None or not any(isinstance(raw[0], int) and raw[0] >= start for raw in rows):
+            return None, False
+        generation = snap.generations.get(sid) or (cursor.generation if cursor is not None else None)
+        return self._batch(conn, snap, sid, start, cursor.row_count if cursor is not None else 0, generation,
+                           budget, rewalk=None, cold=rows)
+
+    def _cold_rows(self, conn: sqlite3.Connection, sid: str) -> list[tuple[object, ...]] | None:
+        """The event rows of `sid`'s cold archive as `_raw_rows` yields them; None if it cannot be read (told
+        once: OpenClaw cannot read it either until the file is restored from a backup)."""
+        found = conn.execute("SELECT archive_name, archive_sha256, archive_bytes, storage, archive_blob"
+                             " FROM session_transcript_cold_archives WHERE session_id = ?", (sid,)).fetchall()
+        if not found:
+            return None
+        name, sha, size, storage, blob = (_text(found[0][0]) or "", _text(found[0][1]) or "", _int(found[0][2]),
+                                          _text(found[0][3]), found[0][4])
+        if self._cold is not None and self._cold[0] == sha:
+            return self._cold[1]
+        where = f"{self.path}#{sid}" if storage == "sqlite" else str(_artifact_dir(self.path) / "cold" / name)
+        try:
+            rows = self._read_cold(name, sha, size, storage, blob)
+        except (OSError, ValueError, zstandard.ZstdError) as exc:
+            if sha not in self._cold_failed:
+                self._cold_failed.add(sha)
+                log.warning("cold_archive_unreadable", agent=self.agent_id, session_id=sid, path=where,
+                            detail=f"{type(exc).__name__}: {exc}"[:300])
+            return None
+        self._cold = (sha, rows)
+        return rows
+
+    def _read_cold(self, name: str, sha: str, size: int | None, storage: str | None,
+                   blob: object) -> list[tuple[object, ...]]:
+        if storage == "sqlite":
+            if not isinstance(blob, bytes):
+                raise ValueError("no archive_blob")
+            data = blob
+        else:
+            if not _COLD_ARCHIVE_NAME.fullmatch(name):
+                raise ValueError(f"not an archive name OpenClaw writes: {name[:80]!r}")
+            path = _artifact_dir(self.path) / "cold" / name
+            if size is None or size > MAX_COLD_ARCHIVE_BYTES or path.stat().st_size != size:
+                raise ValueError(f"size is not the recorded {size}")
+            data = path.read_bytes()
+        if len(data) != size or hashlib.sha256(data).hexdigest() != sha:
+            raise ValueError("size or SHA-256 is not what OpenClaw recorded")
+        with self._dctx.stream_reader(data) as reader:
+            jsonl = reader.read(MAX_COLD_ARCHIVE_BYTES + 1)
+        if len(jsonl) > MAX_COLD_ARCHIVE_BYTES:
+            raise ValueError(f"decodes to more than {MAX_COLD_ARCHIVE_BYTES} bytes")
+        events: list[tuple[int, bytes, object]] = []  # the archive's `event` records: seq, event JSON, created_at
+        for line in jsonl.splitlines():
+            record = json.loads(line) if line.strip() else None
+            row = record.get("row") if isinstance(record, dict) and record.get("kind") == "event" else None
+            if isinstance(row, dict) and isinstance(row.get("seq"), int) and isinstance(row.get("event_json"), str):
+                events.append((row["seq"], row["event_json"].encode("utf-8", "surrogatepass"), row.get("created_at")))
+        return [(seq, data, None, None, created) for seq, data, created in sorted(events, key=lambda e: e[0])]
+
     def _batch(self, conn: sqlite3.Connection, snap: _Snapshot, sid: str, start: int, row_count: int,
-               generation: str | None, budget: _Budget, *,
-               rewalk: RewalkReason | None) -> tuple[SessionBatch | None, bool]:
-        """Rows of `sid` from `start` within the budget; (batch, budget-stopped-it)."""
+               generation: str | None, budget: _Budget, *, rewalk: RewalkReason | None,
+               cold: Sequence[tuple[object, ...]] | None = None) -> tuple[SessionBatch | None, bool]:
+        """Rows of `sid` from `start` within the budget (from its cold archive's `cold` rows when given);
+        (batch, budget-stopped-it)."""
         shape = snap.shape
-        point_sid = self._point_session_id(conn, shape, sid, generation)
+        point_sid = self._point_session_id(conn, shape, sid, generation, cold)
         source_path = str(self.path)
         keyed: list[tuple[str, RawRecord]] = []
         opened = snap.windows[sid].started_at if sid in snap.windows else None
@@ -762,7 +841,9 @@ class SqliteTranscriptReader:
         errors: list[SqliteRowError] = []
         last: _Row | None = None
         more = False
-        with self._raw_rows(conn, shape, sid, start) as rows:
+        unread = nullcontext(iter([raw for raw in cold if isinstance(raw[0], int) and raw[0] >= start])) \
+            if cold is not None else self._raw_rows(conn, shape, sid, start)
+        with unread as rows:
             for raw in rows:
                 if budget.exhausted:
                     more = True
@@ -831,6 +912,12 @@ class SqliteTranscriptReader:
 
 
 _IN_CHUNK = 500  # event ids per IN (...) list: under SQLite's bound-parameter limit on every build
+
+
+def _artifact_dir(db: Path) -> Path:
+    """OpenClaw's session artifact directory of a database (resolveSessionArtifactDirectory): `sessions/`
+    beside its `agent/` directory, else the database's own directory."""
+    return db.parent.parent / "sessions" if db.parent.name == "agent" else db.parent
 
 
 def _origin_sessions(conn: sqlite3.Connection, shape: _Shape, sid: str) -> list[str]:
