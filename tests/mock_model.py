@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -64,6 +65,32 @@ def last_user_turn(messages: list[dict[str, Any]]) -> tuple[str, bool]:
         if not text.lstrip().startswith(INTERNAL_CONTEXT):
             return text, any(m.get("role") == "tool" for m in messages[index + 1:])
     return "", False
+
+
+# OpenClaw's compaction asks the model for a summary under these headings, and (safeguard mode, quality guard on
+# by default) cancels the compaction when one is missing or the conversation's asks and identifiers are not kept.
+SUMMARIZER_PROMPT = "You are a context summarization assistant"
+SUMMARY_SECTIONS = ("## Decisions", "## Open TODOs", "## Constraints/Rules", "## Pending user asks",
+                    "## Exact identifiers")
+
+
+SPLIT_TURN_PROMPT = "This is the PREFIX of a turn"  # summarised into OpenClaw's own sections: answered as a turn
+
+
+def is_summary_request(messages: list[dict[str, Any]], user_text: str) -> bool:
+    """A request for a history summary (not the prefix of a split turn, which OpenClaw frames itself)."""
+    return SPLIT_TURN_PROMPT not in user_text and any(
+        m.get("role") == "system" and SUMMARIZER_PROMPT in _text_of(m.get("content")) for m in messages)
+
+
+def summary_reply(user_text: str) -> str:
+    """A summary a careful model would write: every required section, the conversation's lines kept verbatim
+    where asks and identifiers must survive."""
+    match = re.search(r"<conversation>\n?(.*?)</conversation>", user_text, re.S)
+    lines = "\n".join(f"- {line.strip()}" for line in (match.group(1) if match else "").splitlines() if line.strip())
+    kept = lines or "None."
+    body = {"## Decisions": kept, "## Pending user asks": kept, "## Exact identifiers": kept}
+    return "\n\n".join(f"{heading}\n{body.get(heading, 'None.')}" for heading in SUMMARY_SECTIONS)
 
 
 def default_reply(user_text: str) -> str:
@@ -129,6 +156,8 @@ class MockModel:
         """(text, tool calls) for one request."""
         messages = [m for m in body.get("messages", []) if isinstance(m, dict)]
         user_text, tool_answered = last_user_turn(messages)
+        if is_summary_request(messages, user_text):
+            return summary_reply(user_text), []
         plan = self._find_plan(user_text)
         if tool_answered:
             return (plan.reply if plan else "Done."), []
