@@ -28,7 +28,7 @@ from tests.daemon_harness import (
     wait_for,
 )
 from tests.sqlite_fixture import OpenClawWriter, create_database, message_event
-from veritas_watch.openclaw import AgentDirs
+from veritas_watch.openclaw import AgentDirs, TranscriptDb
 from veritas_watch.pipeline import ReadBudget
 from veritas_watch.sinks.store import Store, StoredPoint
 from veritas_watch.sources.cursors import CursorStore
@@ -77,11 +77,11 @@ def test_the_sqlite_feed_polls_within_the_budget(tmp_path: Path) -> None:
         sid = writer.create_session("agent:a:main")
         writer.append(sid, *(message_event(f"row {i} " + "z" * 1000) for i in range(40)))
     feed = SqliteFeed(CursorStore(tmp_path / "cursors.sqlite"))
-    poll = feed.poll(path, "a", max_bytes=4096)
+    poll = feed.poll(TranscriptDb(path, "a"), max_bytes=4096)
     assert poll is not None and poll.has_more
     rows = sum(len(batch.records) for batch in poll.batches)
     assert 1 <= rows <= 5  # ~4 KB of ~1 KB rows (the row that crosses the budget included)
-    poll = feed.poll(path, "a", max_bytes=1)
+    poll = feed.poll(TranscriptDb(path, "a"), max_bytes=1)
     assert poll is not None and sum(len(b.records) for b in poll.batches) >= 1
 
 

@@ -210,8 +210,9 @@ def cmd_status(config: Config, args: argparse.Namespace) -> int:
         with _request(daemon, "/status") as response:
             status = json.loads(response.read())
     else:
+        from veritas_watch.openclaw import TranscriptDb
         from veritas_watch.sources.cursors import CursorStore
-        from veritas_watch.sources.sqlite_feed import SqliteSource, sqlite_agent_id
+        from veritas_watch.sources.sqlite_feed import SqliteSource
         from veritas_watch.status import offline_status
 
         path = config.data_dir / "cursors.sqlite"
@@ -221,7 +222,8 @@ def cmd_status(config: Config, args: argparse.Namespace) -> int:
             saved = CursorStore(path)
             try:
                 cursors = list(saved.load_files().values())
-                sqlite = [SqliteSource(sqlite_agent_id(db), saved.load_sqlite(db)) for db in saved.sqlite_dbs()]
+                sqlite = [SqliteSource(TranscriptDb.from_key(db).agent_id, saved.load_sqlite(db))
+                          for db in saved.sqlite_dbs()]
             finally:
                 saved.close()
         store = None

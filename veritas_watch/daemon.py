@@ -31,7 +31,7 @@ from veritas_watch.features.gaps.service import GapService, NoGaps
 from veritas_watch.http.app import NoHttp, start_http
 from veritas_watch.metrics import DaemonMetrics
 from veritas_watch.model import RUNTIME_SESSIONS, ConversationEnd, RawRecord, SessionState, SourceRef
-from veritas_watch.openclaw import AgentDirs, iter_agents, session_stem
+from veritas_watch.openclaw import AgentDirs, TranscriptDb, iter_agents, session_stem, transcript_dbs
 from veritas_watch.owner import DataDirOwned, OwnerLock, StartupError
 from veritas_watch.pipeline import (
     CommitBatch,
@@ -491,7 +491,7 @@ class Running:
                 if not unit_and_work.at_eof:
                     still.append(tracked)
             pending = still
-        busy = await self._read_archives(agents) or busy
+        busy = await self._read_archives([*agents, *rt.sqlite.archive_dirs()]) or busy
         busy = await self._poll_sqlite_sources(agents) or busy
         ends, marked = rt.tailer.ended_sessions()  # archived transcripts read to their end
         if marked:
@@ -499,7 +499,7 @@ class Running:
         for agent_id, end in ends:
             await self._conversation_ended(agent_id, end)
         self.problems.end_sweep()  # what this whole sweep did not meet again is resolved
-        self.watcher.refresh()
+        self.watcher.refresh(self.rt.sqlite.directories_elsewhere())
         return busy
 
     async def _read_archives(self, agents: Sequence[AgentDirs]) -> bool:
@@ -544,24 +544,24 @@ class Running:
         await self.gaps.session_ended(agent_id, end)
 
     async def _poll_sqlite_sources(self, agents: Sequence[AgentDirs]) -> bool:
-        """Poll each agent's SQLite store; wait for each poll's work to be committed before the next."""
+        """Poll each agent's SQLite store(s); wait for each poll's work to be committed before the next."""
         busy = False
         loop = asyncio.get_running_loop()
-        for agent in agents:
-            if not check_sqlite(agent.sqlite, self.problems, agent.agent_id):
+        found = await asyncio.to_thread(transcript_dbs, self.config.state_dir, agents)
+        for db in self.rt.sqlite.sources_to_poll(found):
+            if not check_sqlite(db.path, self.problems, db.agent_id):
                 continue
             try:
-                busy = await self._poll_sqlite_agent(agent, loop) or busy
+                busy = await self._poll_sqlite_db(db, loop) or busy
             except Exception as exc:  # one agent's database never stops the others
-                self.problems.report(agent.sqlite, "sqlite_failed", f"{type(exc).__name__}: {exc}"[:300],
-                                     agent.agent_id)
+                self.problems.report(db.path, "sqlite_failed", f"{type(exc).__name__}: {exc}"[:300], db.agent_id)
         return busy
 
-    async def _poll_sqlite_agent(self, agent: AgentDirs, loop: asyncio.AbstractEventLoop) -> bool:
+    async def _poll_sqlite_db(self, db: TranscriptDb, loop: asyncio.AbstractEventLoop) -> bool:
         rt = self.rt
         busy = False
         while True:
-            poll = await asyncio.to_thread(rt.sqlite.poll, agent.sqlite, agent.agent_id, rt.sink.read_budget.bytes)
+            poll = await asyncio.to_thread(rt.sqlite.poll, db, rt.sink.read_budget.bytes)
             if poll is None:
                 break
             works = [Work([], unit, cleanup=forget, source=rt.sqlite) for unit, forget in rt.sqlite.forgetting(poll)]
@@ -576,18 +576,18 @@ class Running:
             results = await asyncio.gather(*(w.done for w in works if w.done), return_exceptions=True)
             if any(isinstance(r, BaseException) for r in results) or not poll.has_more:
                 break
-        for end in await asyncio.to_thread(rt.sqlite.ended_sessions, str(agent.sqlite)):
-            await self._conversation_ended(agent.agent_id, end)
+        for end in await asyncio.to_thread(rt.sqlite.ended_sessions, db.key):
+            await self._conversation_ended(db.agent_id, end)
         return busy
 
     def _transform_sqlite(self, poll: SqlitePoll) -> list[Work]:
         rt = self.rt
         works = []
         for batch in poll.batches:
-            state = rt.sqlite.session_state(poll.db_path, batch)
+            state = rt.sqlite.session_state(poll.key, batch)
             out = self._transform(batch.records, state, batch.point_session_id)
             self._log_transformed((), out, f"{poll.db_path}#{batch.session_id}")
-            works.append(Work(out.chunks, rt.sqlite.unit_for(poll.db_path, batch, state, out.ends),
+            works.append(Work(out.chunks, rt.sqlite.unit_for(poll.key, batch, state, out.ends),
                               cleanup=stale_point_cleanup(poll.db_path, poll.agent_id, batch), source=rt.sqlite))
         return works
 

@@ -26,7 +26,7 @@ from veritas_watch import client
 from veritas_watch.client import DaemonEndpoint
 from veritas_watch.config import Config
 from veritas_watch.features.credentials import pending_counts
-from veritas_watch.openclaw import agent_workspace, classify_transcript, iter_agents
+from veritas_watch.openclaw import agent_workspace, classify_transcript, iter_agents, transcript_dbs
 
 Status = Literal["ok", "warn", "fail"]
 UNIT_NAME = "veritas-watch.service"
@@ -113,7 +113,7 @@ def _state_dir(config: Config) -> Iterator[Check]:
         except OSError:  # none yet, or a loop: the paths check below says which
             continue
         transcripts += sum(1 for name in names if classify_transcript(name) is not None)
-    databases = sum(1 for a in agents if _is_file(a.sqlite))
+    databases = len({db.path for db in transcript_dbs(state, agents) if _is_file(db.path)})
     if unreadable:
         yield Check("state_dir", "fail", f"{len(unreadable)} sessions dir(s) not readable: "
                     + ", ".join(str(p) for p in unreadable[:3]),

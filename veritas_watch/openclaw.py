@@ -10,7 +10,8 @@ import contextlib
 import json
 import os
 import re
-from collections.abc import Iterator, Mapping
+import sqlite3
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -926,3 +927,94 @@ def iter_agents(state_dir: Path, problems: ProblemSink | None = None) -> Iterato
     legacy = state_dir / "sessions"
     if DEFAULT_AGENT not in names and legacy.is_dir() and not legacy.is_symlink():
         yield AgentDirs(DEFAULT_AGENT, legacy, agents_dir / DEFAULT_AGENT / "agent" / SQLITE_NAME)
+
+
+# ---------------------------------------------------------------------------------------------
+# Transcript databases. An agent's sessions are in `agents/<id>/agent/openclaw-agent.sqlite` unless
+# `session.store` names another place: OpenClaw 2026.9.6 then writes them to the SQLite databases that
+# path resolves to (`resolveSqliteTargetFromSessionStorePath`): a `sessions.json`-style path gives each
+# agent its own file in that directory (`openclaw-agent.sqlite` for the default agent,
+# `openclaw-agent.<id>.sqlite` for the others), a path ending in `.sqlite` is one database shared by
+# every agent. Each database it opens is recorded in the state database's `agent_databases` registry.
+
+REGISTRY_DB = Path("state") / "openclaw.sqlite"  # under the state dir
+_AGENT_KEY_MARK = "#agent="
+
+
+@dataclass(frozen=True, slots=True)
+class TranscriptDb:
+    """One agent's sessions in one SQLite database: those whose session key names the agent
+    (`agent:<id>:...`), and, if the database is the agent's own (its `schema_meta` says so), those
+    whose key names none. A database shared by several agents is one TranscriptDb per agent."""
+
+    path: Path
+    agent_id: str
+
+    @property
+    def key(self) -> str:
+        """The cursor store's name for it: the path of an agent's own canonical database (what cursors
+        were always keyed by), else the path and the agent."""
+        return str(self.path) if self.canonical else f"{self.path}{_AGENT_KEY_MARK}{self.agent_id}"
+
+    @property
+    def canonical(self) -> bool:
+        p = self.path
+        return (p.name == SQLITE_NAME and p.parent.name == "agent" and p.parent.parent.name == self.agent_id
+                and p.parent.parent.parent.name == "agents")
+
+    @classmethod
+    def from_key(cls, key: str) -> TranscriptDb:
+        path, mark, agent = key.rpartition(_AGENT_KEY_MARK)
+        if mark:
+            return cls(Path(path), agent)
+        return cls(Path(key), Path(key).parent.parent.name)
+
+
+def session_key_agent(session_key: str | None) -> str | None:
+    """The agent a session key names (OpenClaw's `parseAgentSessionKeyParts` + `normalizeAgentId`):
+    `agent:<id>:<rest>` -> `<id>`; None for a key that names none (`global`, a legacy alias)."""
+    if not session_key or session_key[:6].lower() != "agent:":
+        return None
+    end = session_key.find(":", 6)
+    if end == -1:
+        return None
+    agent, rest = _trim(session_key[6:end]), session_key[end + 1:]
+    return normalize_agent_id(agent) if agent and rest and not rest.startswith(":") else None
+
+
+def registered_databases(state_dir: Path) -> list[tuple[str, Path]]:
+    """(agent id, database path) of every agent database OpenClaw recorded in its registry
+    (`state/openclaw.sqlite`, table `agent_databases`; paths relative to the state dir or absolute).
+    Rows whose id is no agent id or whose path names no `.sqlite` file are left out; no registry
+    (older OpenClaw, none yet, unreadable) is an empty list: the canonical paths still apply."""
+    path = state_dir / REGISTRY_DB
+    if not path.is_file():
+        return []
+    try:
+        conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True, timeout=0.5)
+    except sqlite3.Error:
+        return []
+    try:
+        rows = conn.execute("SELECT agent_id, path FROM agent_databases ORDER BY agent_id, path").fetchall()
+    except sqlite3.Error:
+        return []
+    finally:
+        conn.close()
+    found = []
+    for agent, raw in rows:
+        if not (isinstance(agent, str) and AGENT_ID.fullmatch(agent) and isinstance(raw, str)
+                and raw.endswith(".sqlite") and "\0" not in raw):
+            continue
+        found.append((agent, Path(os.path.normpath(state_dir / raw))))  # an absolute `raw` stays itself
+    return found
+
+
+def transcript_dbs(state_dir: Path, agents: Iterable[AgentDirs]) -> list[TranscriptDb]:
+    """Every database to read, once per agent: each agent's canonical one, then those the registry
+    lists (a configured `session.store`, and the places earlier values of it left behind: OpenClaw
+    does not move conversations when it changes)."""
+    found: dict[tuple[str, str], TranscriptDb] = {}
+    for db in [TranscriptDb(a.sqlite, a.agent_id) for a in agents] + [
+            TranscriptDb(path, agent) for agent, path in registered_databases(state_dir)]:
+        found.setdefault((os.path.normpath(db.path), db.agent_id), db)
+    return list(found.values())

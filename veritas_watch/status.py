@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from veritas_watch.features.capture import credentials_per_agent
-from veritas_watch.openclaw import agent_workspace, classify_transcript, iter_agents
+from veritas_watch.openclaw import TranscriptDb, agent_workspace, classify_transcript, iter_agents
 from veritas_watch.sources.cursors import FileCursor
-from veritas_watch.sources.sqlite_feed import SqliteSource
+from veritas_watch.sources.sqlite_feed import SourceHealth, SqliteSource
 
 if TYPE_CHECKING:
     from veritas_watch.daemon import Running
@@ -160,11 +160,16 @@ async def daemon_status(daemon: Running) -> dict[str, Any]:
         "entries": {"stored": stats.stored, "unchanged": stats.unchanged, "invalid_lines": stats.invalid,
                     "redactions": stats.redactions, "skipped": dict(stats.skipped)},
         "agents": agents,
-        "sqlite": [{"db": db, "schema_version": h.schema_version, "sessions": h.sessions, "lag_rows": h.lag_rows,
-                    "error": h.error} for db, h in rt.sqlite.health.items()],
+        "sqlite": [_sqlite_record(key, h) for key, h in rt.sqlite.health.items()],
         "gaps": [gap_record(g) for g in open_gaps],
         "problems": [p.to_dict() for p in daemon.problems.snapshot()],
     }
+
+
+def _sqlite_record(key: str, health: SourceHealth) -> dict[str, Any]:
+    source = TranscriptDb.from_key(key)
+    return {"db": str(source.path), "agent": source.agent_id, "schema_version": health.schema_version,
+            "sessions": health.sessions, "lag_rows": health.lag_rows, "error": health.error}
 
 
 # What one agent's caller sees of the daemon (no paths of the host, nothing of other agents).
@@ -173,8 +178,6 @@ _SHARED_FIELDS = ("running", "uptime_s", "embedder", "store", "store_state", "qu
 
 def scope_status(full: dict[str, Any], agent_id: str) -> dict[str, Any]:
     """`status` for a caller allowed one agent: that agent's record, gaps, SQLite stores and problems."""
-    from veritas_watch.sources.sqlite_feed import sqlite_agent_id
-
     agent = full.get("agents", {}).get(agent_id) or _new_agent()
     scoped = {key: full[key] for key in _SHARED_FIELDS if key in full}
     scoped.update({
@@ -182,7 +185,7 @@ def scope_status(full: dict[str, Any], agent_id: str) -> dict[str, Any]:
         "watcher": {"mode": (full.get("watcher") or {}).get("mode")},
         "backlog_bytes": agent.get("lag_bytes", 0),
         "agents": {agent_id: agent},
-        "sqlite": [s for s in full.get("sqlite", []) if sqlite_agent_id(str(s.get("db"))) == agent_id],
+        "sqlite": [s for s in full.get("sqlite", []) if s.get("agent") == agent_id],
         "gaps": [g for g in full.get("gaps", []) if g.get("agent_id") == agent_id],
         "problems": [p for p in full.get("problems", []) if p.get("agent") == agent_id],
     })

@@ -41,6 +41,7 @@ import structlog
 import zstandard
 
 from veritas_watch.model import RawRecord, SourceRef
+from veritas_watch.openclaw import normalize_agent_id, session_key_agent
 
 log = structlog.get_logger()
 
@@ -205,6 +206,9 @@ class SqlitePoll:
     unchanged: bool = False  # nothing was committed since the previous poll: batches is empty
     # Sessions the person had OpenClaw forget (`openclaw memory forget`: a row in `memory_session_tombstones`)
     forgotten: frozenset[str] = frozenset()
+    # Agents other than this reader's whose sessions the database holds (a shared `session.store`)
+    other_agents: frozenset[str] = frozenset()
+    key: str = ""  # the cursor store's name for this agent's sessions in it (`openclaw.TranscriptDb.key`)
 
 
 def event_entry_id(data: bytes) -> str:
@@ -364,6 +368,7 @@ class _Settled:
     schema: SchemaInfo
     sessions: tuple[SessionInfo, ...]
     forgotten: frozenset[str]
+    other_agents: frozenset[str]
 
 
 @dataclass
@@ -388,14 +393,22 @@ class _Snapshot:
     cold: frozenset[str] = frozenset()
     cold_last_seq: dict[str, int | None] = field(default_factory=dict)  # the last seq each cold archive holds
     forgotten: frozenset[str] = frozenset()
+    other_agents: frozenset[str] = frozenset()  # agents whose sessions the database holds besides ours
 
 
 class SqliteTranscriptReader:
-    """Incremental, read-only reader of one `openclaw-agent.sqlite`."""
+    """Incremental, read-only reader of one agent's sessions in one `openclaw-agent.sqlite`.
 
-    def __init__(self, path: Path, agent_id: str, *, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) -> None:
+    It reads the sessions whose key names `agent_id` and, when the database is that agent's own (its
+    `schema_meta` names it, or names no one), those whose key names no agent; a database shared by several
+    agents (a `session.store` ending in `.sqlite`) gets one reader per agent. `key` names it in polls
+    (`SqlitePoll.key`)."""
+
+    def __init__(self, path: Path, agent_id: str, *, key: str | None = None,
+                 busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) -> None:
         self.path = path
         self.agent_id = agent_id
+        self.key = key if key is not None else str(path)
         self._busy_timeout_s = busy_timeout_s
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
@@ -487,7 +500,7 @@ class SqliteTranscriptReader:
         settled = self._settled
         if settled is not None and settled.data_version == data_version and settled.cursors == cursors:
             return SqlitePoll(str(self.path), self.agent_id, settled.schema, settled.sessions, (), False, True,
-                              settled.forgotten)
+                              settled.forgotten, settled.other_agents, self.key)
         conn.execute("BEGIN")  # one snapshot for every statement below
         try:
             snap = self._snapshot(conn)
@@ -505,9 +518,10 @@ class SqliteTranscriptReader:
                     committed.pop(batch.session_id, None)
                 else:
                     committed[batch.session_id] = batch.cursor
-            self._settled = _Settled(data_version, committed, snap.schema, sessions, snap.forgotten)
+            self._settled = _Settled(data_version, committed, snap.schema, sessions, snap.forgotten,
+                                     snap.other_agents)
         return SqlitePoll(str(self.path), self.agent_id, snap.schema, sessions, tuple(batches), more,
-                          forgotten=snap.forgotten)
+                          forgotten=snap.forgotten, other_agents=snap.other_agents, key=self.key)
 
     def _snapshot(self, conn: sqlite3.Connection) -> _Snapshot:
         cookie = int(conn.execute("PRAGMA schema_version").fetchall()[0][0])
@@ -547,7 +561,31 @@ class SqliteTranscriptReader:
                 _text(r[0]) or "" for r in conn.execute("SELECT session_id FROM memory_session_tombstones").fetchall()
             )
         snap.windows = self._windows(conn, snap)
+        self._keep_own(snap)
         return snap
+
+    def _keep_own(self, snap: _Snapshot) -> None:
+        """Leave out the sessions of other agents (a shared database): their memories are theirs."""
+        meta = snap.schema.meta_agent_id
+        owner = normalize_agent_id(meta) if meta is not None else self.agent_id
+        others: set[str] = set()
+        theirs: set[str] = set()
+        for sid, info in snap.windows.items():  # a session without a window is the owner's
+            agent = session_key_agent(info.session_key) or owner
+            if agent != self.agent_id:
+                theirs.add(sid)
+                others.add(agent)
+        if owner != self.agent_id:
+            theirs |= snap.cold - snap.windows.keys()
+        snap.other_agents = frozenset(others)
+        if not theirs:
+            return
+        snap.windows = {sid: info for sid, info in snap.windows.items() if sid not in theirs}
+        snap.stats = {sid: v for sid, v in snap.stats.items() if sid not in theirs}
+        snap.generations = {sid: v for sid, v in snap.generations.items() if sid not in theirs}
+        snap.cold_last_seq = {sid: v for sid, v in snap.cold_last_seq.items() if sid not in theirs}
+        snap.cold = snap.cold - theirs
+        snap.forgotten = snap.forgotten - theirs
 
     def _schema_info(self, conn: sqlite3.Connection, shape: _Shape) -> SchemaInfo:
         user_version = int(conn.execute("PRAGMA user_version").fetchall()[0][0])

@@ -1,4 +1,5 @@
-"""Follows every agent's `openclaw-agent.sqlite`: one read-only reader per database, cursors per session.
+"""Follows every agent's `openclaw-agent.sqlite`: one read-only reader per agent's sessions in a database
+(`openclaw.TranscriptDb`; usually one database per agent), cursors per session.
 
 Synchronous parts (poll, commit) run in worker threads; the daemon awaits each poll's work being
 stored before it polls again, so a session's read position and committed cursor never diverge.
@@ -16,6 +17,7 @@ run (`session_windows.ended_at`, status 'done') is not an end: OpenClaw sets it 
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
@@ -25,6 +27,7 @@ from pathlib import Path
 import structlog
 
 from veritas_watch.model import ConversationEnd, SessionState
+from veritas_watch.openclaw import AgentDirs, TranscriptDb
 from veritas_watch.sinks.store import Store
 from veritas_watch.sources.cursors import CursorStore, SqliteCursor
 from veritas_watch.sources.sqlite import (
@@ -41,7 +44,7 @@ log = structlog.get_logger()
 class SqliteUnit:
     """What to commit for one session batch once its chunks are stored."""
 
-    db: str
+    db: str  # TranscriptDb.key
     session_id: str
     state: SqliteCursor | None  # None: forget the session's cursor
 
@@ -55,11 +58,6 @@ class SqliteSource:
     lag_rows: int = 0
 
 
-def sqlite_agent_id(db: str) -> str:
-    """`<state>/agents/<id>/agent/openclaw-agent.sqlite` -> `<id>`."""
-    return Path(db).parent.parent.name
-
-
 @dataclass
 class SourceHealth:
     schema_version: int | None = None
@@ -70,30 +68,35 @@ class SourceHealth:
     backoff: float = 1.0
     infos: dict[str, dict[str, object]] = field(default_factory=dict)
     forgotten: frozenset[str] = frozenset()  # never read again: no lag
+    other_agents: frozenset[str] = frozenset()  # whose sessions the database holds besides this agent's
 
 
 class SqliteFeed:
+    """Every state below is keyed by `TranscriptDb.key` (one agent's sessions in one database)."""
+
     def __init__(self, cursors: CursorStore) -> None:
         self._cursors = cursors
         self._readers: dict[str, SqliteTranscriptReader] = {}
         self.states: dict[str, dict[str, SqliteCursor]] = {}
         self.health: dict[str, SourceHealth] = {}
-        self._agents: dict[str, str] = {}  # db -> agent id
-        self._forgotten_done: dict[str, set[str]] = {}  # db -> forgotten sessions removed by this process
+        self._dbs: dict[str, TranscriptDb] = {}
+        self._forgotten_done: dict[str, set[str]] = {}  # key -> forgotten sessions removed by this process
+        # Agents found in another agent's database (a shared `session.store`): polled like the others.
+        self.shared: dict[str, TranscriptDb] = {}
 
-    def poll(self, path: Path, agent_id: str, max_bytes: int = DEFAULT_MAX_BYTES) -> SqlitePoll | None:
-        """One poll of one database, up to `max_bytes` of events (worker thread). Errors are logged once and
-        retried with backoff."""
-        db = str(path)
+    def poll(self, source: TranscriptDb, max_bytes: int = DEFAULT_MAX_BYTES) -> SqlitePoll | None:
+        """One poll of one agent's sessions in one database, up to `max_bytes` of events (worker thread).
+        Errors are logged once and retried with backoff."""
+        db, agent_id, path = source.key, source.agent_id, source.path
         health = self.health.setdefault(db, SourceHealth())
         if time.monotonic() < health.next_try:
             return None
         reader = self._readers.get(db)
         if reader is None:
-            reader = self._readers[db] = SqliteTranscriptReader(path, agent_id)
-            self._agents[db] = agent_id
+            reader = self._readers[db] = SqliteTranscriptReader(path, agent_id, key=db)
+            self._dbs[db] = source
             self.states[db] = self._cursors.load_sqlite(db)
-            log.info("sqlite_source_added", agent=agent_id, db=db)
+            log.info("sqlite_source_added", agent=agent_id, db=str(path))
         # A deleted session has nothing to read; one whose stored position did not decode is read again.
         cursors = {sid: state.position for sid, state in self.states[db].items()
                    if not state.vanished and state.position is not None}
@@ -104,23 +107,30 @@ class SqliteFeed:
                 # A database never read yet and without tables is OpenClaw creating it: worth a note, not a warning.
                 creating = exc.reason == "schema_missing" and health.schema_version is None
                 (log.info if creating else log.warning)(
-                    "sqlite_source_error", agent=agent_id, db=db, reason=exc.reason, detail=exc.detail[:300],
+                    "sqlite_source_error", agent=agent_id, db=str(path), reason=exc.reason, detail=exc.detail[:300],
                     retry_in_s=health.backoff)
             health.error = exc.reason
             health.next_try = time.monotonic() + health.backoff
             health.backoff = min(health.backoff * 2, 60.0)
             return None
         if health.error is not None:
-            log.info("sqlite_source_recovered", agent=agent_id, db=db)
+            log.info("sqlite_source_recovered", agent=agent_id, db=str(path))
         health.error, health.backoff = None, 1.0
         health.schema_version = result.schema.schema_version
         health.forgotten = result.forgotten
+        health.other_agents = result.other_agents
         if not result.unchanged:
             health.sessions = len(result.sessions)
             health.infos = {s.session_id: {"ended": s.ended, "last_seq": s.last_seq} for s in result.sessions}
         health.lag_rows = self._lag(db)
         for error in (e for batch in result.batches for e in batch.errors):
-            log.warning("line_invalid", file=db, session_id=error.session_id, seq=error.seq, reason=error.reason)
+            log.warning("line_invalid", file=str(path), session_id=error.session_id, seq=error.seq,
+                        reason=error.reason)
+        for other in sorted(result.other_agents):
+            found = TranscriptDb(path, other)
+            if found.key not in self._dbs and found.key not in self.shared:
+                log.info("shared_database_agent", db=str(path), agent=other, found_by=agent_id)
+                self.shared[found.key] = found
         return result
 
     def _lag(self, db: str) -> int:
@@ -138,29 +148,58 @@ class SqliteFeed:
 
     def sources(self) -> list[SqliteSource]:
         """What `status` shows of each database: its agent, committed session states and lag."""
-        return [SqliteSource(self._agents.get(db) or sqlite_agent_id(db), dict(states),
+        return [SqliteSource(TranscriptDb.from_key(db).agent_id, dict(states),
                              h.lag_rows if (h := self.health.get(db)) is not None else 0)
                 for db, states in list(self.states.items())]
+
+    def sources_to_poll(self, found: Sequence[TranscriptDb]) -> list[TranscriptDb]:
+        """`found` (`openclaw.transcript_dbs`), then the agents found in another agent's database."""
+        keys = {db.key for db in found}
+        return [*found, *(db for key, db in self.shared.items() if key not in keys)]
+
+    def directories_elsewhere(self) -> list[Path]:
+        """The directories of the databases followed outside the canonical layout (to watch)."""
+        return sorted({db.path.parent for db in [*self._dbs.values(), *self.shared.values()] if not db.canonical})
+
+    def archive_dirs(self) -> list[AgentDirs]:
+        """Where the archives of sessions deleted from databases outside the canonical layout (a
+        `session.store`) are: OpenClaw writes them beside the database. An archive names no agent, so only a
+        directory that is one agent's: each database there is one a `sessions.json`-style store gives that
+        agent (`openclaw-agent[.<id>[.<n>]].sqlite`; a store ending in `.sqlite` is every agent's), polled,
+        and holding no other agent's sessions."""
+        by_dir: dict[Path, tuple[set[str], Path]] = {}
+        for key, source in [*self._dbs.items(), *self.shared.items()]:
+            if source.canonical:
+                continue
+            health = self.health.get(key)
+            owners, _ = by_dir.setdefault(source.path.parent, (set(), source.path))
+            owners.add(source.agent_id)
+            if (health is None or health.schema_version is None or health.other_agents
+                    or not partition_name(source.path.name, source.agent_id)):
+                owners.add("")  # not read yet, or shared: no one's
+        return [AgentDirs(agent, directory, db) for directory, (owners, db) in sorted(by_dir.items())
+                if len(owners) == 1 and (agent := next(iter(owners)))]
 
     def forgetting(self, poll: SqlitePoll) -> list[tuple[SqliteUnit, Callable[[Store], None]]]:
         """Sessions the person had OpenClaw forget (`openclaw memory forget`): for each one this process has
         not forgotten yet or that still has a cursor, the removal of its points, then the end of its cursor
         (committed once they are gone). The reader reads a forgotten session no more and the transforms drop
         any other copy of it (`forgotten`), so nothing brings it back; no end of it is reported."""
-        db = poll.db_path
+        db = poll.key
         states = self.states.get(db, {})
         done = self._forgotten_done.setdefault(db, set())
         due = sorted(sid for sid in poll.forgotten if sid in states or sid not in done)
         done.update(due)  # once per process: after a restart each is looked for again (a cheap, empty scroll)
         # the id its points carry: the session header's (the same as OpenClaw's own for what it writes)
         point_ids = {sid: (states[sid].session.session_id if sid in states else None) or sid for sid in due}
-        return [(SqliteUnit(db, sid, None), forget_points(poll.agent_id, db, sid, point_ids[sid])) for sid in due]
+        return [(SqliteUnit(db, sid, None), forget_points(poll.agent_id, poll.db_path, sid, point_ids[sid]))
+                for sid in due]
 
     def forgotten(self, agent_id: str) -> frozenset[str]:
         """The sessions forgotten in this agent's database, as its last poll saw them."""
         found: frozenset[str] = frozenset()
-        for db, agent in self._agents.items():
-            if agent == agent_id and (health := self.health.get(db)) is not None:
+        for db, source in self._dbs.items():
+            if source.agent_id == agent_id and (health := self.health.get(db)) is not None:
                 found |= health.forgotten
         return found
 
@@ -189,7 +228,7 @@ class SqliteFeed:
             if facts.conversation_entries and not previous.ended_reported:
                 # where it ended, written as every SQLite location is (`db#session:seq`, the last row read)
                 last = previous.position.next_seq - 1 if previous.position is not None else None
-                where = f"{db}#{batch.session_id}" + (f":{last}" if last is not None and last >= 0 else "")
+                where = f"{self._path(db)}#{batch.session_id}" + (f":{last}" if last is not None and last >= 0 else "")
                 pending.append(ConversationEnd(facts.session_id or batch.session_id, facts.last_entry_ts,
                                                facts.session_kind or "unknown", "deleted", where))
             return SqliteUnit(db, batch.session_id, dataclasses.replace(previous, vanished=True, pending_ends=pending))
@@ -238,7 +277,8 @@ class SqliteFeed:
                 facts = state.session
                 if facts.conversation_entries and not continued:
                     pending.append(ConversationEnd(facts.session_id or sid, facts.last_entry_ts,
-                                                   facts.session_kind or "unknown", "moved_on", f"{db}#{sid}"))
+                                                   facts.session_kind or "unknown", "moved_on",
+                                                   f"{self._path(db)}#{sid}"))
             if pending:
                 ends.extend(pending)
                 seqs = [e.seq for e in pending if e.seq is not None]
@@ -252,6 +292,10 @@ class SqliteFeed:
             self._cursors.commit_sqlite(db, changed)
         return ends
 
+    @staticmethod
+    def _path(db: str) -> str:
+        return str(TranscriptDb.from_key(db).path)
+
     def _continued(self, db: str, sid: str) -> bool:
         reader = self._readers.get(db)
         return reader is not None and reader.continued(sid)
@@ -259,6 +303,12 @@ class SqliteFeed:
     def close(self) -> None:
         for reader in self._readers.values():
             reader.close()
+
+
+def partition_name(name: str, agent_id: str) -> bool:
+    """Whether `name` is a database a `sessions.json`-style store gives `agent_id` (OpenClaw's
+    `resolveCustomStoreSqlitePath`: the default agent's unsuffixed, another's `.<id>`, then `.<id>.<n>`)."""
+    return re.fullmatch(rf"openclaw-agent(?:\.{re.escape(agent_id)}(?:\.[1-9][0-9]*)?)?\.sqlite", name) is not None
 
 
 def forget_points(agent_id: str, db: str, session_id: str, point_session_id: str) -> Callable[[Store], None]:

@@ -21,7 +21,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Literal
 
@@ -103,7 +103,8 @@ def inotify_watched_dirs(pid: str = "self") -> set[DirKey] | None:
 
 
 class ChangeWatcher:
-    """Watches `<state>/agents` recursively (and the state dir itself, to see `agents/` appear)."""
+    """Watches `<state>/agents` recursively (and the state dir itself, to see `agents/` appear), and the
+    directories of transcript databases a `session.store` put elsewhere."""
 
     def __init__(self, state_dir: Path, hint: asyncio.Event, *, force_polling: bool, poll_interval: float) -> None:
         self.state_dir = state_dir
@@ -176,12 +177,16 @@ class ChangeWatcher:
 
     # -- on the event loop -------------------------------------------------------------------------
 
-    def refresh(self) -> None:
-        """Add watches for directories that appeared since the last call; fall back to polling on failure."""
+    def refresh(self, elsewhere: Iterable[Path] = ()) -> None:
+        """Add watches for directories that appeared since the last call; fall back to polling on failure.
+        `elsewhere`: directories outside `agents/` that hold transcripts (a configured `session.store`),
+        each watched on its own."""
         if self._observer is None:
             return
         # The state dir first: its one watch must not be the one a nearly exhausted limit refuses.
-        wanted = [(self.state_dir, False), (self.state_dir / "agents", True)]
+        agents = self.state_dir / "agents"
+        wanted = [(self.state_dir, False), (agents, True),
+                  *((d, False) for d in elsewhere if not d.is_relative_to(agents))]  # agents/ is watched whole
         for path, recursive in wanted:
             if path in self._watched or not path.is_dir():
                 continue

@@ -1,0 +1,150 @@
+"""Transcripts where a configured `session.store` puts them (OpenClaw 2026.9.6,
+`resolveSqliteTargetFromSessionStorePath`).
+
+A `sessions.json`-style store gives each agent its own database in the store's directory
+(`openclaw-agent.sqlite` for the default agent, `openclaw-agent.<id>.sqlite` for the others) and the archives
+of deleted sessions beside it; a store ending in `.sqlite` is one database shared by every agent. OpenClaw
+records each database it opens in `state/openclaw.sqlite` (`agent_databases`). tests/test_openclaw_session_store.py
+shows all of this on the real OpenClaw; these tests pin each rule and the daemon's reading of it.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from tests.daemon_harness import running_daemon, wait_for
+from tests.sqlite_fixture import OpenClawWriter, create_database, message_event, session_header, zstd_frame
+from veritas_watch.openclaw import AgentDirs, TranscriptDb, registered_databases, session_key_agent, transcript_dbs
+from veritas_watch.sources.sqlite import SqliteTranscriptReader
+
+# OpenClaw 2026.9.6's registry table, as `sqlite3 state/openclaw.sqlite .schema agent_databases` prints it.
+REGISTRY_DDL = """CREATE TABLE agent_databases (
+  agent_id TEXT NOT NULL,
+  path TEXT NOT NULL,
+  schema_version INTEGER NOT NULL,
+  last_seen_at INTEGER NOT NULL,
+  size_bytes INTEGER,
+  PRIMARY KEY (agent_id, path)
+) STRICT;"""
+
+
+def register(state: Path, *rows: tuple[str, str]) -> None:
+    path = state / "state" / "openclaw.sqlite"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute(REGISTRY_DDL.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS"))
+        conn.executemany("INSERT INTO agent_databases VALUES (?, ?, 23, 0, 4096)", rows)
+    finally:
+        conn.close()
+
+
+def canonical(state: Path, agent: str) -> Path:
+    return state / "agents" / agent / "agent" / "openclaw-agent.sqlite"
+
+
+@pytest.mark.parametrize(("key", "agent"), [
+    ("agent:ops:main", "ops"), ("agent:ops:subagent:1f2e", "ops"), ("AGENT:Ops:main", "ops"),
+    ("agent:my agent:main", "my-agent"),  # normalizeAgentId, as OpenClaw does
+    ("global", None), ("main", None), ("agent:ops", None), ("agent::main", None), ("agent:ops::x", None),
+    ("", None), (None, None),
+])
+def test_the_agent_a_session_key_names(key: str | None, agent: str | None) -> None:
+    assert session_key_agent(key) == agent
+
+
+def test_a_canonical_database_keeps_its_path_as_key_and_any_other_names_its_agent(tmp_path: Path) -> None:
+    own = TranscriptDb(canonical(tmp_path, "ops"), "ops")
+    assert own.canonical and own.key == str(own.path)
+    assert TranscriptDb.from_key(own.key) == own
+    for other in (TranscriptDb(tmp_path / "shared" / "all.sqlite", "ops"),
+                  TranscriptDb(canonical(tmp_path, "main"), "ops"),  # ops's sessions in main's database
+                  TranscriptDb(tmp_path / "we#ird" / "openclaw-agent.ops.sqlite", "ops")):
+        assert not other.canonical and TranscriptDb.from_key(other.key) == other
+
+
+def test_the_registry_lists_each_database_openclaw_opened(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    assert registered_databases(state) == []  # no registry: an older OpenClaw, or none yet
+    custom = tmp_path / "stores" / "ops" / "sessions" / "openclaw-agent.ops.sqlite"
+    register(state, ("main", "agents/main/agent/openclaw-agent.sqlite"), ("ops", str(custom)),
+             ("Bad Agent", str(tmp_path / "x.sqlite")), ("ops", "../sessions.json"), ("ops", "x.sqlite\0y"))
+    assert registered_databases(state) == [("main", canonical(state, "main")), ("ops", custom)]
+    agents = [AgentDirs(a, state / "agents" / a / "sessions", canonical(state, a)) for a in ("main", "ops")]
+    assert transcript_dbs(state, agents) == [
+        TranscriptDb(canonical(state, "main"), "main"), TranscriptDb(canonical(state, "ops"), "ops"),
+        TranscriptDb(custom, "ops")]
+
+
+def test_an_unreadable_registry_leaves_the_canonical_databases(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    (state / "state").mkdir(parents=True)
+    (state / "state" / "openclaw.sqlite").write_bytes(b"not a database" * 100)
+    assert registered_databases(state) == []
+
+
+def test_each_agent_reads_only_its_own_sessions_of_a_shared_database(tmp_path: Path) -> None:
+    db = create_database(tmp_path / "shared" / "all.sqlite", agent_id="main")  # the owner OpenClaw recorded
+    with OpenClawWriter(db, compress=False) as writer:
+        main_sid = writer.create_session("agent:main:main")
+        writer.append(main_sid, message_event("main: the spare key is under the mat.", event_id="m1"))
+        ops_sid = writer.create_session("agent:ops:main")
+        writer.append(ops_sid, message_event("ops: rotate the TLS certificate on Friday.", event_id="o1"))
+        global_sid = writer.create_session("global")  # a key naming no agent: the owner's
+        writer.append(global_sid, message_event("global: the office closes at six.", event_id="g1"))
+
+    def read(agent: str) -> tuple[set[str], frozenset[str]]:
+        with SqliteTranscriptReader(db, agent) as reader:
+            poll = reader.poll({})
+        return {json.loads(r.data)["id"] for b in poll.batches for r in b.records if b"message" in r.data}, \
+            poll.other_agents
+
+    assert read("main") == ({"m1", "g1"}, frozenset({"ops"}))
+    assert read("ops") == ({"o1"}, frozenset({"main"}))
+    assert read("research") == (set(), frozenset({"main", "ops"}))
+
+
+def deleted_archive(directory: Path, session_id: str, text: str) -> Path:
+    """What OpenClaw 2026.9.6 leaves of a deleted session: `<id>.jsonl.deleted.<ts>.<hash>.zst` beside its database."""
+    lines = [session_header(session_id), message_event(text, event_id=f"{session_id[:6]}-1")]
+    path = directory / f"{session_id}.jsonl.deleted.2026-12-04T12-51-41.854Z.f431dda7905942f9a8fe905acee8eae8.zst"
+    path.write_bytes(zstd_frame("".join(json.dumps(line) + "\n" for line in lines).encode()))
+    return path
+
+
+def test_the_daemon_follows_every_store_under_the_agent_each_session_names(tmp_path: Path) -> None:
+    state, data = tmp_path / "state", tmp_path / "data"
+    for agent in ("main", "ops"):  # OpenClaw creates each agent's own database, then writes elsewhere
+        create_database(canonical(state, agent), agent_id=agent)
+    ops_db = create_database(tmp_path / "stores" / "ops" / "sessions" / "openclaw-agent.ops.sqlite", agent_id="ops")
+    shared = create_database(tmp_path / "shared" / "all.sqlite", agent_id="main")
+    register(state, ("main", "agents/main/agent/openclaw-agent.sqlite"),
+             ("ops", "agents/ops/agent/openclaw-agent.sqlite"), ("ops", str(ops_db)), ("main", str(shared)))
+    # Archives of deleted sessions: beside ops's own store database (ops's), and beside the shared one (anyone's).
+    deleted_archive(ops_db.parent, "5b1c0d2e-0000-4000-8000-000000000001", "ops: the old pager number was 4471.")
+    deleted_archive(shared.parent, "5b1c0d2e-0000-4000-8000-000000000002", "someone: the attic code is 9090.")
+    with running_daemon(state, data) as daemon:
+        with OpenClawWriter(ops_db, compress=False) as writer:
+            sid = writer.create_session("agent:ops:main")
+            writer.append(sid, message_event("ops: the backup job runs at 02:00.", event_id="o1"))
+        with OpenClawWriter(shared, compress=False) as writer:
+            sid = writer.create_session("agent:main:main")
+            writer.append(sid, message_event("main: my dentist is Dr. Alvarez.", event_id="m1"))
+            sid = writer.create_session("agent:ops:cron:nightly")
+            writer.append(sid, message_event("ops: the nightly report goes to the SRE list.", event_id="o2"))
+
+        def texts(agent: str) -> set[str]:
+            return {p["payload"]["data"] for p in daemon.export(agent)}
+
+        wait_for(lambda: len(texts("ops")) == 3 and len(texts("main")) == 1, timeout=60, what="every store read")
+        daemon.wait_idle()
+        assert texts("main") == {"main: my dentist is Dr. Alvarez."}
+        assert texts("ops") == {"ops: the backup job runs at 02:00.", "ops: the nightly report goes to the SRE list.",
+                                "ops: the old pager number was 4471."}
+        assert not any("attic" in t for a in ("main", "ops") for t in texts(a)), "an archive no agent can be told from"
+        rows = {(s["db"], s["agent"]) for s in daemon.get("/status")["sqlite"]}
+        assert {(str(shared), "main"), (str(shared), "ops"), (str(ops_db), "ops")} <= rows, rows
