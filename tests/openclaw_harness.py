@@ -226,6 +226,18 @@ class OpenClawGateway:
         return self._launch(timeout)
 
     def _launch(self, timeout: float) -> OpenClawGateway:
+        try:
+            return self._launch_once(timeout)
+        except AssertionError as exc:
+            # Seen once in CI, at the start after a `session.store` change: OpenClaw's startup migration met
+            # "database is locked" (its 5 s busy timeout) and refused to start (maintenance_required). Not
+            # reproduced with veritas-watch holding every database open; a second start has always gone on.
+            if _STARTUP_LOCKED not in str(exc):
+                raise
+            self.transient_failures.append(f"gateway start: {_STARTUP_LOCKED}")
+            return self._launch_once(timeout)
+
+    def _launch_once(self, timeout: float) -> OpenClawGateway:
         ready_before = len(re.findall(r"\[gateway\] ready", self.log_text()))
         log = open(self.log_path, "ab")  # noqa: SIM115 - lives as long as the gateway
         self.proc = subprocess.Popen([str(self.install.openclaw), "gateway", "run"], env=self.env(),
@@ -379,6 +391,7 @@ def _merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
 # and tests count what OpenClaw actually wrote rather than what was sent.
 _TRANSIENT = re.compile(r"Agent database cleanup failed|Agent database resources are closing")
 _TRANSIENT_RETRIES = 2
+_STARTUP_LOCKED = "Gateway failed to start: database is locked | gateway.maintenance_required"
 
 
 def _openclaw_transient(proc: subprocess.CompletedProcess[str]) -> str | None:
