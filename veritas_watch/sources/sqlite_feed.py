@@ -82,7 +82,7 @@ class SqliteFeed:
         self._dbs: dict[str, TranscriptDb] = {}
         self._forgotten_done: dict[str, set[str]] = {}  # key -> forgotten sessions removed by this process
         # Agents found in another agent's database (a shared `session.store`): polled like the others.
-        self.shared: dict[str, TranscriptDb] = {}
+        self._shared: dict[str, TranscriptDb] = {}
 
     def poll(self, source: TranscriptDb, max_bytes: int = DEFAULT_MAX_BYTES) -> SqlitePoll | None:
         """One poll of one agent's sessions in one database, up to `max_bytes` of events (worker thread).
@@ -128,9 +128,9 @@ class SqliteFeed:
                         reason=error.reason)
         for other in sorted(result.other_agents):
             found = TranscriptDb(path, other)
-            if found.key not in self._dbs and found.key not in self.shared:
+            if found.key not in self._dbs and found.key not in self._shared:
                 log.info("shared_database_agent", db=str(path), agent=other, found_by=agent_id)
-                self.shared[found.key] = found
+                self._shared[found.key] = found
         return result
 
     def _lag(self, db: str) -> int:
@@ -155,11 +155,11 @@ class SqliteFeed:
     def sources_to_poll(self, found: Sequence[TranscriptDb]) -> list[TranscriptDb]:
         """`found` (`openclaw.transcript_dbs`), then the agents found in another agent's database."""
         keys = {db.key for db in found}
-        return [*found, *(db for key, db in self.shared.items() if key not in keys)]
+        return [*found, *(db for key, db in self._shared.items() if key not in keys)]
 
     def directories_elsewhere(self) -> list[Path]:
         """The directories of the databases followed outside the canonical layout (to watch)."""
-        return sorted({db.path.parent for db in [*self._dbs.values(), *self.shared.values()] if not db.canonical})
+        return sorted({db.path.parent for db in [*self._dbs.values(), *self._shared.values()] if not db.canonical})
 
     def archive_dirs(self) -> list[AgentDirs]:
         """Where the archives of sessions deleted from databases outside the canonical layout (a
@@ -168,7 +168,7 @@ class SqliteFeed:
         agent (`openclaw-agent[.<id>[.<n>]].sqlite`; a store ending in `.sqlite` is every agent's), polled,
         and holding no other agent's sessions."""
         by_dir: dict[Path, tuple[set[str], Path]] = {}
-        for key, source in [*self._dbs.items(), *self.shared.items()]:
+        for key, source in [*self._dbs.items(), *self._shared.items()]:
             if source.canonical:
                 continue
             health = self.health.get(key)
