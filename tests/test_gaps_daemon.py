@@ -142,3 +142,36 @@ def test_sqlite_reset_is_a_session_end(tmp_path: Path) -> None:
         writer.reset("agent:ops:main")
         (call,) = wait_for(lambda: hook_calls(calls), what="hook after sqlite reset")
         assert call[:3] == ["ops", sid, f"{path}#{sid}"]
+
+
+def test_an_agent_openclaw_deleted_gets_no_gap_for_the_sessions_deleted_with_it(tmp_path: Path) -> None:
+    """`openclaw agents delete ops` (seen on the real 2026.9.6) takes ops out of openclaw.json's roster, deletes
+    its sessions (each an end of a conversation) and moves its workspace to the Trash: there is no one left to
+    sync, so no gap and no hook run, only `gap_skipped`. While ops is still configured, or its workspace is
+    still there, the same end is a gap; one still open when the agent goes is closed (`agent_removed`)."""
+    state, data, sessions, calls, env = setup(tmp_path)
+    (state / "openclaw.json").write_text(json.dumps({"agents": {"ownership": "explicit", "entries": {"main": {}}}}))
+    (state / "workspace-ops").rmdir()
+    live = sessions / "s-1.jsonl"
+    session(live, "s-1", "2026-03-20T10:00:00.000Z")
+    with running_daemon(state, data, extra_env=env) as daemon:
+        daemon.wait_idle()
+        live.rename(sessions / "s-1.jsonl.deleted.2026-03-20T11-00-00.000Z")
+        wait_for(lambda: daemon.events("gap_skipped"), what="gap skipped")
+        (skipped,) = daemon.events("gap_skipped")
+        assert (skipped["agent"], skipped["session"], skipped["reason"]) == ("ops", "s-1", "agent_removed")
+        assert not daemon.events("gap_detected") and not hook_calls(calls)
+        # configured again (or never removed): the next end is a gap as ever
+        (state / "openclaw.json").write_text(json.dumps({"agents": {"ownership": "explicit",
+                                                                    "entries": {"main": {}, "ops": {}}}}))
+        again = sessions / "s-2.jsonl"
+        session(again, "s-2", "2026-03-21T10:00:00.000Z")
+        daemon.wait_idle()
+        again.rename(sessions / "s-2.jsonl.reset.2026-03-21T11-00-00.000Z")
+        wait_for(lambda: hook_calls(calls), what="hook run")
+        assert [g["session"] for g in daemon.events("gap_detected")] == ["s-2"]
+        # deleted while its gap is open (OpenClaw ends the sessions before it takes the agent out): it closes
+        (state / "openclaw.json").write_text(json.dumps({"agents": {"ownership": "explicit", "entries": {"main": {}}}}))
+        wait_for(lambda: not daemon.get("/status")["gaps"], what="gap of a removed agent closed")
+        (closed,) = daemon.events("gap_closed")
+        assert (closed["session"], closed["reason"]) == ("s-2", "agent_removed")

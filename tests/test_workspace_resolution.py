@@ -23,6 +23,7 @@ import pytest
 from tests.openclaw_harness import InstallError, install, install_prefix
 from veritas_watch.openclaw import (
     OPENCLAW_VERSION,
+    agent_removed,
     agent_workspace,
     load_openclaw_config,
     normalize_agent_id,
@@ -500,3 +501,19 @@ def test_matches_the_real_openclaw_cli(cli_runs: Mapping[str, CliRun], name: str
         assert ours == Path(agent["workspace"]), (
             f"{name}: agent {agent['id']}: OpenClaw {_installed_version()} says {agent['workspace']}, we say {ours}"
             f" (rules from {OPENCLAW_VERSION})")
+
+
+@pytest.mark.parametrize(("config", "removed"), [
+    ({"agents": {"ownership": "explicit", "entries": {"main": {}}}}, True),  # what `agents delete ops` leaves
+    ({"agents": {"ownership": "explicit", "entries": {"main": {}, "ops": {}}}}, False),
+    ({"agents": {"list": [{"id": "main"}, {"id": "Ops"}]}}, False),
+    ({"agents": {"list": [{"id": "main"}]}}, True),
+    ({"agents": {"defaults": {}}}, False),  # no roster: nothing says which agents there are
+    (None, False),  # no openclaw.json
+])
+def test_an_agent_removed_from_the_roster(tmp_path: Path, config: dict[str, Any] | None, removed: bool) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    if config is not None:
+        (state / "openclaw.json").write_text(json.dumps(config))
+    assert agent_removed(state, "ops", {"HOME": str(tmp_path)}) is removed

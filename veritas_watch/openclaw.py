@@ -866,6 +866,14 @@ def agent_workspace(state_dir: Path, agent_id: str, environ: Mapping[str, str] |
     return workspace_for(state_dir, agent_id, read.config, environ=read.env, cwd=cwd)
 
 
+def agent_removed(state_dir: Path, agent_id: str, environ: Mapping[str, str] | None = None) -> bool:
+    """Whether openclaw.json has a roster (`agents.entries` or `agents.list`) that no longer names the agent:
+    what `openclaw agents delete` leaves (it takes the entry out and moves the workspace to the Trash).
+    Without a roster, or without a readable openclaw.json, nothing says so: False."""
+    config = load_openclaw_config(state_dir, environ)
+    return _roster(config) is not None and canonical_agent_id(agent_id) not in _list_agent_ids(config)
+
+
 def session_stem(path: str | Path) -> str:
     """The session id a transcript's file name carries (`<id>.jsonl`, `<id>.jsonl.reset.<ts>`, ...)."""
     return Path(path).name.split(".jsonl", 1)[0]

@@ -44,12 +44,14 @@ class GapDetector:
         hook_concurrency: int = 2,
         output_filter: Callable[[str], str] | None = None,
         clock: Callable[[], datetime] = _utc_now,
+        removed: Callable[[str, Path], bool] | None = None,
     ) -> None:
         if hook is not None:
             validate_hook_template(hook)
         if hook_timeout <= 0 or backoff_initial <= 0 or backoff_max < backoff_initial or hook_concurrency < 1:
             raise ValueError("hook_timeout and backoff_initial must be > 0, backoff_max >= backoff_initial")
         self._store = store
+        self._removed = removed  # (agent, workspace) -> the agent is gone: its gaps close, no hook runs
         self._hook: list[str] = list(hook) if hook else []  # empty: no hook configured
         self._hook_timeout = hook_timeout
         self._default_tz = default_tz
@@ -138,7 +140,7 @@ class GapDetector:
         cache: dict[Path, datetime | None] = {}
         for gap in self._store.open_gaps():
             try:
-                if await self._close_if_covered(gap, now, cache):
+                if await self._close_if_covered(gap, now, cache) or await self._close_if_removed(gap, now):
                     continue
                 due = gap.next_attempt_at is not None and gap.next_attempt_at <= now
                 if self._hook and due and gap.key not in self._tasks:
@@ -194,6 +196,17 @@ class GapDetector:
             delay_s=round((now - gap.ended_at).total_seconds(), 3),
             hook_attempts=gap.hook_attempts,
         )
+        return True
+
+    async def _close_if_removed(self, gap: Gap, now: datetime) -> bool:
+        """An agent deleted since its gap opened (`openclaw agents delete` ends its sessions first, then takes
+        it out of the roster): no one is left to sync, so the gap closes and its hook is not run again."""
+        if self._removed is None or not await asyncio.to_thread(self._removed, gap.agent_id, gap.workspace):
+            return False
+        self._store.close_gap(gap.key, now)
+        self._log.info("gap_closed", agent=gap.agent_id, session=gap.session_id,
+                       session_end=format_instant(gap.ended_at), reason="agent_removed",
+                       hook_attempts=gap.hook_attempts)
         return True
 
     def _backoff(self, attempt: int) -> timedelta:

@@ -21,7 +21,7 @@ from veritas_watch.config import Config
 from veritas_watch.features.archive import archive_daily_logs
 from veritas_watch.features.gaps import EndedSession, Gap, GapDetector, GapStore, resolve_zone
 from veritas_watch.model import ConversationEnd
-from veritas_watch.openclaw import agent_workspace, iter_agents
+from veritas_watch.openclaw import agent_removed, agent_workspace, iter_agents
 
 log = structlog.get_logger()
 
@@ -54,7 +54,8 @@ class GapService:
         from datetime import timedelta
 
         detector = GapDetector(store, gaps.on_gap or None, gaps.hook_timeout, resolve_zone(gaps.timezone or None),
-                               tolerance=timedelta(seconds=gaps.tolerance))
+                               tolerance=timedelta(seconds=gaps.tolerance),
+                               removed=lambda agent, workspace: removed_agent(config.state_dir, agent, workspace))
         return cls(config, detector, store, on_detected)
 
     def workspace(self, agent_id: str) -> Path:
@@ -69,7 +70,12 @@ class GapService:
         ended_at = _ended_at(end.ended_at)
         if ended_at is None or not self.wanted(agent_id):
             return  # an empty conversation needs no sync
-        ended = EndedSession(agent_id, end.session_id, end.transcript, ended_at, self.workspace(agent_id))
+        workspace = self.workspace(agent_id)
+        if removed_agent(self.config.state_dir, agent_id, workspace):
+            # `openclaw agents delete` deletes the agent's sessions first: no one is left to sync them
+            log.info("gap_skipped", agent=agent_id, session=end.session_id, reason="agent_removed")
+            return
+        ended = EndedSession(agent_id, end.session_id, end.transcript, ended_at, workspace)
         if self.first_pass_done:
             gap = await self.detector.session_ended(ended.agent_id, ended.session_id, ended.transcript,
                                                     ended.ended_at, ended.workspace)
@@ -114,6 +120,11 @@ class GapService:
     async def close(self) -> None:
         await self.detector.shutdown()
         self.store.close()
+
+
+def removed_agent(state_dir: Path, agent_id: str, workspace: Path) -> bool:
+    """Deleted by `openclaw agents delete`: its workspace gone (to the Trash) and its roster entry too."""
+    return not workspace.exists() and agent_removed(state_dir, agent_id)
 
 
 class NoGaps:
