@@ -19,7 +19,9 @@ import pytest
 from tests.daemon_harness import running_daemon, wait_for
 from tests.sqlite_fixture import OpenClawWriter, create_database, message_event, session_header, zstd_frame
 from veritas_watch.openclaw import AgentDirs, TranscriptDb, registered_databases, session_key_agent, transcript_dbs
+from veritas_watch.sources.cursors import CursorStore
 from veritas_watch.sources.sqlite import SqliteTranscriptReader
+from veritas_watch.sources.sqlite_feed import SqliteFeed
 
 # OpenClaw 2026.9.6's registry table, as `sqlite3 state/openclaw.sqlite .schema agent_databases` prints it.
 REGISTRY_DDL = """CREATE TABLE agent_databases (
@@ -148,3 +150,30 @@ def test_the_daemon_follows_every_store_under_the_agent_each_session_names(tmp_p
         assert not any("attic" in t for a in ("main", "ops") for t in texts(a)), "an archive no agent can be told from"
         rows = {(s["db"], s["agent"]) for s in daemon.get("/status")["sqlite"]}
         assert {(str(shared), "main"), (str(shared), "ops"), (str(ops_db), "ops")} <= rows, rows
+        assert daemon.stop() == 0
+        # `status` on the stopped daemon's data dir counts each agent's sessions from the cursors they left
+        offline = json.loads(daemon.cli("status", "--json").stdout)["agents"]
+        assert (offline["main"]["sessions"], offline["ops"]["sessions"]) == (1, 2), offline
+
+
+def test_a_database_no_longer_found_is_let_go_and_read_on_if_it_comes_back(tmp_path: Path) -> None:
+    """A `session.store` changed (OpenClaw's registry then lists only the new databases) or an agent deleted:
+    the database's connection is closed, its cursors kept; found again, it is read on from them."""
+    db = create_database(tmp_path / "stores" / "ops" / "sessions" / "openclaw-agent.ops.sqlite", agent_id="ops")
+    source = TranscriptDb(db, "ops")
+    feed = SqliteFeed(CursorStore(tmp_path / "cursors.sqlite"))
+    with OpenClawWriter(db, compress=False) as writer:
+        sid = writer.create_session("agent:ops:main")
+        writer.append(sid, message_event("ops: first", event_id="o1"))
+    assert feed.sources_to_poll([source]) == [source]
+    poll = feed.poll(source)
+    assert poll is not None and poll.batches
+    feed.commit([feed.unit_for(poll.key, b, feed.session_state(poll.key, b)) for b in poll.batches])
+    reader = feed._readers[source.key]
+    assert reader._conn is not None
+    assert feed.sources_to_poll([]) == [] and reader._conn is None  # let go
+    with OpenClawWriter(db, compress=False) as writer:
+        writer.append(sid, message_event("ops: second", event_id="o2"))
+    poll = feed.poll(source)  # found again
+    assert poll is not None
+    assert [json.loads(r.data)["id"] for b in poll.batches for r in b.records] == ["o2"]

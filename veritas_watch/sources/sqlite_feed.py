@@ -153,9 +153,16 @@ class SqliteFeed:
                 for db, states in list(self.states.items())]
 
     def sources_to_poll(self, found: Sequence[TranscriptDb]) -> list[TranscriptDb]:
-        """`found` (`openclaw.transcript_dbs`), then the agents found in another agent's database."""
+        """`found` (`openclaw.transcript_dbs`), then the agents found in another agent's database. A database
+        no longer found (its agent deleted, a `session.store` changed) keeps its cursors but not its connection
+        (opened again if it comes back)."""
         keys = {db.key for db in found}
-        return [*found, *(db for key, db in self._shared.items() if key not in keys)]
+        polled = [*found, *(db for key, db in self._shared.items() if key not in keys)]
+        wanted = {db.key for db in polled}
+        for key, reader in self._readers.items():
+            if key not in wanted:
+                reader.close()
+        return polled
 
     def directories_elsewhere(self) -> list[Path]:
         """The directories of the databases followed outside the canonical layout (to watch)."""
