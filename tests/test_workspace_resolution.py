@@ -516,4 +516,6 @@ def test_an_agent_removed_from_the_roster(tmp_path: Path, config: dict[str, Any]
     state.mkdir()
     if config is not None:
         (state / "openclaw.json").write_text(json.dumps(config))
-    assert agent_removed(state, "ops", {"HOME": str(tmp_path)}) is removed
+    assert agent_removed(state, "ops", state / "workspace-ops", {"HOME": str(tmp_path)}) is removed
+    (state / "workspace-ops").mkdir()
+    assert not agent_removed(state, "ops", state / "workspace-ops", {"HOME": str(tmp_path)})  # still there

@@ -866,10 +866,14 @@ def agent_workspace(state_dir: Path, agent_id: str, environ: Mapping[str, str] |
     return workspace_for(state_dir, agent_id, read.config, environ=read.env, cwd=cwd)
 
 
-def agent_removed(state_dir: Path, agent_id: str, environ: Mapping[str, str] | None = None) -> bool:
-    """Whether openclaw.json has a roster (`agents.entries` or `agents.list`) that no longer names the agent:
-    what `openclaw agents delete` leaves (it takes the entry out and moves the workspace to the Trash).
-    Without a roster, or without a readable openclaw.json, nothing says so: False."""
+def agent_removed(state_dir: Path, agent_id: str, workspace: Path,
+                  environ: Mapping[str, str] | None = None) -> bool:
+    """Whether `openclaw agents delete` took the agent away: its workspace (`workspace`) is gone (to the
+    Trash) and openclaw.json has a roster (`agents.entries` or `agents.list`) that no longer names it.
+    Without a roster, or without a readable openclaw.json, nothing says so: False. The workspace is looked
+    at first: a stat, where the roster costs a read of the config."""
+    if workspace.exists():
+        return False
     config = load_openclaw_config(state_dir, environ)
     return _roster(config) is not None and canonical_agent_id(agent_id) not in _list_agent_ids(config)
 

@@ -31,7 +31,7 @@ import os
 import re
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, KeysView, Mapping, Sequence
 from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -390,10 +390,14 @@ class _Snapshot:
     windows: dict[str, SessionInfo] = field(default_factory=dict)
     stats: dict[str, tuple[int, int | None]] = field(default_factory=dict)  # max seq, its created_at
     generations: dict[str, str] = field(default_factory=dict)
-    cold: frozenset[str] = frozenset()
     cold_last_seq: dict[str, int | None] = field(default_factory=dict)  # the last seq each cold archive holds
     forgotten: frozenset[str] = frozenset()
     other_agents: frozenset[str] = frozenset()  # agents whose sessions the database holds besides ours
+
+    @property
+    def cold(self) -> KeysView[str]:
+        """The sessions whose rows are in a cold archive."""
+        return self.cold_last_seq.keys()
 
 
 class SqliteTranscriptReader:
@@ -555,7 +559,6 @@ class SqliteTranscriptReader:
                 _text(sid) or "": _int(last) for sid, last in conn.execute(
                     "SELECT session_id, last_seq FROM session_transcript_cold_archives").fetchall()
             }
-            snap.cold = frozenset(snap.cold_last_seq)
         if shape.tombstones:
             snap.forgotten = frozenset(
                 _text(r[0]) or "" for r in conn.execute("SELECT session_id FROM memory_session_tombstones").fetchall()
@@ -584,7 +587,6 @@ class SqliteTranscriptReader:
         snap.stats = {sid: v for sid, v in snap.stats.items() if sid not in theirs}
         snap.generations = {sid: v for sid, v in snap.generations.items() if sid not in theirs}
         snap.cold_last_seq = {sid: v for sid, v in snap.cold_last_seq.items() if sid not in theirs}
-        snap.cold = snap.cold - theirs
         snap.forgotten = snap.forgotten - theirs
 
     def _schema_info(self, conn: sqlite3.Connection, shape: _Shape) -> SchemaInfo:

@@ -166,7 +166,7 @@ class SqliteFeed:
 
     def directories_elsewhere(self) -> list[Path]:
         """The directories of the databases followed outside the canonical layout (to watch)."""
-        return sorted({db.path.parent for db in [*self._dbs.values(), *self._shared.values()] if not db.canonical})
+        return sorted({db.path.parent for db in self._dbs.values() if not db.canonical})
 
     def archive_dirs(self) -> list[AgentDirs]:
         """Where the archives of sessions deleted from databases outside the canonical layout (a
@@ -175,7 +175,9 @@ class SqliteFeed:
         agent (`openclaw-agent[.<id>[.<n>]].sqlite`; a store ending in `.sqlite` is every agent's), polled,
         and holding no other agent's sessions."""
         by_dir: dict[Path, tuple[set[str], Path]] = {}
-        for key, source in [*self._dbs.items(), *self._shared.items()]:
+        # `_dbs` only: an agent found in a database not polled yet lives in a directory its owner's
+        # database already disqualifies (that owner's poll found another agent there).
+        for key, source in self._dbs.items():
             if source.canonical:
                 continue
             health = self.health.get(key)

@@ -55,7 +55,7 @@ class GapService:
 
         detector = GapDetector(store, gaps.on_gap or None, gaps.hook_timeout, resolve_zone(gaps.timezone or None),
                                tolerance=timedelta(seconds=gaps.tolerance),
-                               removed=lambda agent, workspace: removed_agent(config.state_dir, agent, workspace))
+                               removed=lambda agent, workspace: agent_removed(config.state_dir, agent, workspace))
         return cls(config, detector, store, on_detected)
 
     def workspace(self, agent_id: str) -> Path:
@@ -71,7 +71,7 @@ class GapService:
         if ended_at is None or not self.wanted(agent_id):
             return  # an empty conversation needs no sync
         workspace = self.workspace(agent_id)
-        if removed_agent(self.config.state_dir, agent_id, workspace):
+        if agent_removed(self.config.state_dir, agent_id, workspace):
             # `openclaw agents delete` deletes the agent's sessions first: no one is left to sync them
             log.info("gap_skipped", agent=agent_id, session=end.session_id, reason="agent_removed")
             return
@@ -120,11 +120,6 @@ class GapService:
     async def close(self) -> None:
         await self.detector.shutdown()
         self.store.close()
-
-
-def removed_agent(state_dir: Path, agent_id: str, workspace: Path) -> bool:
-    """Deleted by `openclaw agents delete`: its workspace gone (to the Trash) and its roster entry too."""
-    return not workspace.exists() and agent_removed(state_dir, agent_id)
 
 
 class NoGaps:
