@@ -2,7 +2,8 @@
 
 A stall honestly placed where a hung store hangs the pipeline: inside `Store.upsert`, in the store
 thread, after the sink has taken a batch. Run as `python -m tests.stall_daemon` with
-VERITAS_TEST_STALL_FLAG=<path>; everything else is configured as for `veritas-watch run`.
+VERITAS_TEST_STALL_FLAG=<path>; everything else is configured as for `veritas-watch run`. With
+VERITAS_TEST_SLOW_UPSERT=<seconds>, every write also takes that long (a store that answers, slowly: a loaded machine).
 """
 
 from __future__ import annotations
@@ -24,14 +25,16 @@ MAX_STALL_SECONDS = 120  # a forgotten flag must not hang a test run forever
 
 
 class BlockingStore:
-    def __init__(self, inner: Store, flag: Path) -> None:
+    def __init__(self, inner: Store, flag: Path, slow: float = 0.0) -> None:
         self._inner = inner
         self._flag = flag
+        self._slow = slow
 
     def upsert(self, points: Sequence[StoredPoint]) -> None:
         deadline = time.monotonic() + MAX_STALL_SECONDS
         while self._flag.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
+        time.sleep(self._slow)
         self._inner.upsert(points)
 
     def __getattr__(self, name: str) -> Any:
@@ -40,9 +43,10 @@ class BlockingStore:
 
 def main() -> int:
     flag = Path(os.environ["VERITAS_TEST_STALL_FLAG"])
+    slow = float(os.environ.get("VERITAS_TEST_SLOW_UPSERT", "0"))
     config = load_config()
     logsetup.configure_logging(config.log.level, config.log.format, stream=sys.stdout)
-    daemon = Daemon(config, wrap_store=lambda store: BlockingStore(store, flag))  # type: ignore[arg-type,return-value]
+    daemon = Daemon(config, wrap_store=lambda store: BlockingStore(store, flag, slow))  # type: ignore[arg-type,return-value]
     return asyncio.run(daemon.run())
 
 

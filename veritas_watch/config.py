@@ -82,6 +82,10 @@ class PipelineConfig:
     queue_size: int = 8
     retry_initial: float = 0.5  # store/embedder retry backoff, seconds
     retry_max: float = 30.0
+    # A stop (SIGTERM) ends within this many seconds at any load: the queue is stored for half of it, then what
+    # the store acknowledged is committed and the rest left to the next start (daemon.Shutdown). The unit's
+    # TimeoutStopSec= (45) stays well above it.
+    stop_timeout: float = 15.0
 
 
 @dataclass(frozen=True)
@@ -173,8 +177,8 @@ _POSITIVE = {
     "watch.sweep_interval", "watch.sweep_max_interval", "watch.poll_interval", "watch.max_line_bytes",
     "watch.read_chunk_bytes", "store.flush_interval", "store.flush_points", "store.segment_points",
     "embedding.chunk_chars", "store.timeout", "pipeline.batch_size", "pipeline.queue_size",
-    "pipeline.retry_initial", "pipeline.retry_max", "log.summary_interval", "gaps.hook_timeout",
-    "gaps.archive_keep_days", "gaps.archive_threshold", "gaps.archive_interval",
+    "pipeline.retry_initial", "pipeline.retry_max", "pipeline.stop_timeout", "log.summary_interval",
+    "gaps.hook_timeout", "gaps.archive_keep_days", "gaps.archive_threshold", "gaps.archive_interval",
     "search.max_limit", "search.context_limit", "search.context_chars", "search.loop_window",
 }
 _NON_NEGATIVE = {"embedding.threads", "embedding.chunk_overlap", "pipeline.linger_ms", "gaps.tolerance",

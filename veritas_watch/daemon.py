@@ -13,6 +13,7 @@ import os
 import secrets
 import signal
 import sys
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -197,9 +198,10 @@ class Daemon:
                 return self._backfill_exit(False, 0)
             drained = await running.main_loop()
         log.info("daemon_stopped", drained=drained, stored=running.rt.sink.stats.stored)
-        if running.data_dir_gone:
-            return EXIT_DATA_DIR_GONE
-        return self._backfill_exit(running.backfill_done, running.rt.sink.stats.stored)
+        code = EXIT_DATA_DIR_GONE if running.data_dir_gone else self._backfill_exit(running.backfill_done,
+                                                                                    running.rt.sink.stats.stored)
+        running.shutdown.complete(code)
+        return code
 
     def _backfill_exit(self, done: bool, stored: int) -> int:
         """0, or for a backfill stopped before its pass was done, 1 and one line that says so (what it stored
@@ -339,6 +341,56 @@ class Daemon:
         self.notifier.notify("READY=1")
 
 
+class Shutdown:
+    """A stop's clock, so that it fits the unit's TimeoutStopSec= at any load (issue 38: 57 s under load 12 when
+    the whole queue was drained). It starts when the main loop stops; the queue is stored until
+    `DRAIN_SHARE` of `bound`, what the store acknowledged is committed until `COMMIT_SHARE`, and closing
+    takes the rest. Past `bound` (a store or model call that does not return cannot be interrupted in its
+    thread) the process leaves by itself, as the second SIGTERM does: cursors only move after the store
+    acknowledged and flushed, so what was not committed is read again at the next start."""
+
+    DRAIN_SHARE = 0.5
+    COMMIT_SHARE = 0.8
+
+    def __init__(self, bound: float) -> None:
+        self.bound = bound
+        self.started = time.monotonic()
+        self.drained = False
+        self.committed = False
+        self._reported = threading.Lock()  # shutdown_complete is said once, by the loop or by the overdue timer
+        self._timer = threading.Timer(bound, self._overdue)
+        self._timer.daemon = True
+        self.exit_code = 0
+
+    def arm(self) -> None:
+        self._timer.start()
+
+    def left(self, share: float) -> float:
+        return max(0.0, self.started + self.bound * share - time.monotonic())
+
+    def complete(self, exit_code: int) -> None:
+        """Everything is closed. The timer stays armed: the interpreter still joins worker threads on exit,
+        and one stuck in a call must not hold the process past the bound."""
+        self.exit_code = exit_code
+        self._report(forced=False)
+
+    def _report(self, forced: bool) -> bool:
+        if not self._reported.acquire(blocking=False):
+            return False
+        (log.warning if forced or not self.drained else log.info)(
+            "shutdown_complete", duration_s=round(time.monotonic() - self.started, 2), deadline_s=self.bound,
+            drained=self.drained, committed=self.committed, forced=forced)
+        return True
+
+    def _overdue(self) -> None:
+        if not self._report(forced=True):
+            log.warning("shutdown_threads_left", deadline_s=self.bound, hint="a worker thread did not return")
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(self.exit_code)
+
+
 async def _cancelled(task: asyncio.Task[None]) -> None:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
@@ -368,10 +420,13 @@ class Running:
     _said_no_agents: bool = False
     data_dir_gone: bool = False  # removed under the running daemon: it stops (EXIT_DATA_DIR_GONE) to be restarted
     _recent_ends: OrderedDict[tuple[str, str, str | None], None] = field(default_factory=OrderedDict)
+    shutdown: Shutdown = field(init=False)  # set when the main loop stops
 
     async def main_loop(self) -> bool:
-        """Run until a stop signal (or the backfill's end), then stop in order: the loop's tasks, the watcher,
-        the sink drained and flushed (the cursors of what was stored move). True if the queue drained."""
+        """Run until a stop signal (or the backfill's end), then stop in order, within `Shutdown`'s bound: the
+        loop's tasks and the watcher (nothing more is read), the queue stored for the first half of the bound,
+        then what the store acknowledged made durable and its cursors committed; a batch still in flight is
+        left to the next start. True if the queue drained."""
         tasks = [asyncio.create_task(self._sweep_loop(), name="sweep"),
                  asyncio.create_task(self._store_upkeep(), name="store-upkeep")]
         if not self.once:
@@ -382,19 +437,29 @@ class Running:
         try:
             await self.stop_event.wait()
         finally:
+            shutdown = self.shutdown = Shutdown(self.config.pipeline.stop_timeout)
+            # what the process exits with if the bound is reached first
+            shutdown.exit_code = (EXIT_DATA_DIR_GONE if self.data_dir_gone else
+                                  EXIT_BACKFILL_INTERRUPTED if self.once and not self.backfill_done else 0)
+            shutdown.arm()
             self.notifier.notify("STOPPING=1")
-            log.info("daemon_stopping")
+            log.info("daemon_stopping", deadline_s=shutdown.bound)
             for task in tasks:
                 task.cancel()
             for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             self.watcher.stop()
-            drained = await sink.drain(timeout=20)
+            shutdown.drained = await sink.drain(timeout=shutdown.left(Shutdown.DRAIN_SHARE))
             sink.stopping = True
-            await sink.make_durable()  # one try: the cursors of what was stored, once it is flushed
-            await _cancelled(self.sink_task)
-        return drained
+            await _cancelled(self.sink_task)  # a batch still embedding or being written: read again next start
+            try:  # one try: the cursors of what the store acknowledged, once it is flushed
+                async with asyncio.timeout(shutdown.left(Shutdown.COMMIT_SHARE)):
+                    shutdown.committed = await sink.make_durable()
+            except TimeoutError:
+                log.warning("shutdown_commit_late", deadline_s=shutdown.bound,
+                            hint="the cursors stay where they were: the next start reads that part again")
+        return shutdown.drained
 
     # -- what the HTTP API asks (http.port.Served) -------------------------------------------------
 
