@@ -58,12 +58,6 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_argument("--unit", action="append", type=Path, help="check this unit file instead of the installed one")
     selftest = sub.add_parser("selftest", help="write a marked entry, find it through the running daemon, remove it")
     selftest.add_argument("--timeout", type=float, default=60.0, help="seconds to wait until it is searchable")
-    forget = sub.add_parser("forget", help="erase one session everywhere veritas-watch wrote it (memories, "
-                            "CREDENTIALS_INDEX.md rows, vault entries, gap records), for good")
-    forget.add_argument("--agent", required=True)
-    forget.add_argument("--session", required=True, help="the session id (exact, case-sensitive)")
-    forget.add_argument("--dry-run", action="store_true", help="only count what would go")
-    forget.add_argument("--json", action="store_true")
     service.add_parser(sub)
     return parser
 
@@ -313,7 +307,10 @@ def cmd_creds(config: Config, args: argparse.Namespace) -> int:
         agents.append(args.agent)
     indexes = {a: agent_workspace(state_dir, a) / INDEX_FILE for a in agents}
     if args.creds_command != "find":
-        _list_credentials(config, indexes)
+        for agent_id, path in indexes.items():
+            for row in read_index(path):
+                print(f"{agent_id}\t{row.service}\t{row.key_name}\t{followed(row.location)}\t{row.status}\t"
+                      f"{row.first_seen}\tfp={row.fingerprint}")
         return 0
     key = load_redact_key(config.data_dir) if config.data_dir.is_dir() else None
     found = find_credential(args.service, index_paths=indexes,
@@ -321,81 +318,18 @@ def cmd_creds(config: Config, args: argparse.Namespace) -> int:
                             units=config.credentials.units, environ=os.environ, fingerprint_key=key,
                             reveal=args.reveal and sys.stdout.isatty())
     if args.json:
-        rows = [{"source": f.source, "agent": f.agent, "where": f.where, "service": f.service, "key_name": f.key_name,
-                 "masked": f.masked, "fingerprint": f.fingerprint, "status": f.status} for f in found]
-        print(json_line(json.dumps(rows, ensure_ascii=False)))
+        print(json.dumps([{"source": f.source, "agent": f.agent, "where": f.where, "service": f.service,
+                           "key_name": f.key_name, "masked": f.masked, "fingerprint": f.fingerprint,
+                           "status": f.status} for f in found], ensure_ascii=False))
     for f in found if not args.json else []:
         shown = f.value if f.value is not None else f.masked
         source = f"{f.source}:{f.agent}" if f.agent else f.source
-        print(printable(f"{source}\t{f.service}\t{f.key_name}\t{f.where}\t{shown}"))
+        print(f"{source}\t{f.service}\t{f.key_name}\t{f.where}\t{shown}")
     return 0 if found else 1
-
-
-def _list_credentials(config: Config, indexes: dict[str, Path]) -> None:
-    """Each agent's index rows, then the rows still waiting in the data dir (`status` counts both), each
-    agent's waiting rows followed by why they wait (on stderr: stdout stays one row a line)."""
-    from veritas_watch.features.credentials import IndexStateStore, followed, read_index
-
-    waiting: dict[str, list[Any]] = {}
-    for queued in IndexStateStore(config.data_dir).load().pending:
-        if queued.agent_id in indexes:
-            waiting.setdefault(queued.agent_id, []).append(queued)
-    shown = 0
-    for agent_id, path in indexes.items():
-        for row in read_index(path):
-            shown += 1
-            print(printable(f"{agent_id}\t{row.service}\t{row.key_name}\t{followed(row.location)}\t{row.status}\t"
-                            f"{row.first_seen}\tfp={row.fingerprint}"))
-        rows = waiting.get(agent_id, [])
-        shown += len(rows)
-        for pending in rows:
-            entry = pending.entry
-            print(printable(f"{agent_id}\t{entry.finding.service}\t{entry.finding.key_name}\t{entry.location}\t"
-                            f"pending\t{entry.seen_at}\tfp={entry.finding.fingerprint}"))
-        if rows:
-            workspace = path.parent
-            why = (f"its workspace {workspace} does not exist yet; they are written to its {path.name} when "
-                   "OpenClaw creates it (the agent's first run)" if not workspace.is_dir() else
-                   f"the running daemon writes them to {path} within a minute"
-                   + (" (some wait for the value behind a mask)" if any(r.mask for r in rows) else ""))
-            print(printable(f"veritas-watch: {agent_id}: {len(rows)} credential row(s) pending: {why}"),
-                  file=sys.stderr)
-    if not shown:
-        print("veritas-watch: no credentials captured", file=sys.stderr)
-
-
-def cmd_forget(config: Config, args: argparse.Namespace) -> int:
-    from veritas_watch.forget import forget_command, render
-
-    daemon, owned = daemon_or_store(config, "forget")
-    try:
-        erased = forget_command(config, args.agent, args.session, dry_run=args.dry_run, daemon=daemon,
-                                open_store=lambda: _open_offline(config)[0])
-    except TimeoutError as exc:
-        raise CliError(str(exc)) from None
-    finally:
-        _release(owned)
-    if args.json:
-        print(json.dumps({"agent": args.agent, "session": args.session, "dry_run": args.dry_run, **erased.to_dict()}))
-    else:
-        print("\n".join(printable(line) for line in render(args.agent, args.session, erased, dry_run=args.dry_run)))
-    return 0
-
-
-def _fallback_config() -> Config:
-    """What `doctor` checks when the config file cannot be used: the environment's settings without the file,
-    else the built-in defaults (the state dir from $OPENCLAW_STATE_DIR still)."""
-    environ = {k: v for k, v in os.environ.items() if k != "VERITAS_WATCH_CONFIG"}
-    try:
-        return load_config(None, environ)
-    except ConfigError:  # an environment override is the bad part
-        keep = ("OPENCLAW_STATE_DIR", "OPENCLAW_HOME", "HOME")
-        return load_config(None, {k: v for k, v in environ.items() if k in keep})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    config_error: str | None = None
     try:
         config = load_config(args.config)
     except ConfigError as exc:
@@ -417,8 +351,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command in ("run", "backfill"):
             return cmd_run(config, once=args.command == "backfill")
         handlers = {"search": cmd_search, "status": cmd_status, "export": cmd_export, "doctor": cmd_doctor,
-                    "selftest": cmd_selftest, "creds": cmd_creds, "service": service.cmd_service,
-                    "forget": cmd_forget}
+                    "selftest": cmd_selftest, "creds": cmd_creds, "service": service.cmd_service}
         return handlers[args.command](config, args)
     except KeyboardInterrupt:
         return 130
