@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import sys
 import time
 import urllib.error
@@ -19,7 +20,9 @@ from veritas_watch import client, service
 from veritas_watch import log as logsetup
 from veritas_watch.client import DaemonEndpoint, DaemonRefused
 from veritas_watch.config import Config, ConfigError, load_config
+from veritas_watch.owner import EXIT_DATA_DIR_OWNED
 from veritas_watch.sinks.store import StoreError
+from veritas_watch.terminal import indented, json_line, printable
 
 EXIT_CONFIG = 2
 
@@ -40,6 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     search.add_argument("--until", help="only turns at or before this time (ISO-8601)")
     search.add_argument("--no-expand", action="store_true", help="hits only, without their neighbouring turns")
     search.add_argument("--no-floor", action="store_true", help="show results even below the relevance floor")
+    search.add_argument("--full", action="store_true", help="each hit's whole text and where it was said")
     search.add_argument("--json", action="store_true", help="print a JSON list")
     status = sub.add_parser("status", help="what is watched, stored and still to read")
     status.add_argument("--json", action="store_true")
@@ -76,17 +80,28 @@ class CliError(Exception):
     """A command that cannot do what was asked: one line on stderr, exit code 1."""
 
 
-START_WAIT_S = 300.0  # how long the CLI waits for a starting daemon (model load, store migration)
+START_WAIT_S = 300.0  # how long search/export wait for a starting daemon (model load, store migration)
+STATUS_WAIT_S = 30.0  # status answers sooner: "starting" is an answer too
 
 
-def daemon_or_store(config: Config, command: str) -> tuple[DaemonEndpoint | None, Any]:
+class DaemonStarting(Exception):
+    """A daemon holds the data dir but did not answer within the wait: say so, never open its store."""
+
+    def __init__(self, pid: int | None, waited: float) -> None:
+        super().__init__(f"the daemon{f' (pid {pid})' if pid else ''} is starting and did not answer within "
+                         f"{waited:.0f} s (loading the model, opening the store); try again shortly")
+        self.pid = pid
+
+
+def daemon_or_store(config: Config, command: str, wait_s: float = START_WAIT_S) -> tuple[DaemonEndpoint | None, Any]:
     """Where a command reads memory: (the daemon, None) through a running daemon, or (None, lock) when no
     daemon runs or starts and this process now owns the data dir (release the lock when done). The
     embedded store is never opened while a daemon holds the data dir: a starting daemon is waited for
-    (`daemon starting`), a command that opened the store offline too. A Qdrant server needs no owner."""
-    from veritas_watch.owner import EXIT_DATA_DIR_OWNED, OwnerLock
+    (`daemon starting`) up to `wait_s` (then DaemonStarting), a command that opened the store offline too.
+    A Qdrant server needs no owner."""
+    from veritas_watch.owner import OwnerLock
 
-    deadline = time.monotonic() + START_WAIT_S
+    deadline = time.monotonic() + wait_s
     said = ""
     while True:
         daemon = client.find(config)
@@ -106,13 +121,16 @@ def daemon_or_store(config: Config, command: str) -> tuple[DaemonEndpoint | None
             print(f"veritas-watch: the store is in use by `veritas-watch backfill` (pid {holder.pid}), which answers "
                   "no requests; run this again once it has finished", file=sys.stderr)
             raise SystemExit(EXIT_DATA_DIR_OWNED)
-        waiting = ("daemon starting" + (f" (pid {holder.pid})" if holder else "")
-                   if holder is None or holder.role == "daemon" else f"store in use by {holder.describe()}")
+        starting = holder is None or holder.role == "daemon"
+        waiting = (f"store in use by {holder.describe()}" if holder is not None and not starting
+                   else "daemon starting" + (f" (pid {holder.pid})" if holder else ""))
         if waiting != said:
             print(f"veritas-watch: {waiting}; waiting for it", file=sys.stderr, flush=True)
             said = waiting
         if time.monotonic() > deadline:
-            print(f"veritas-watch: gave up after {START_WAIT_S:.0f} s: {waiting}", file=sys.stderr)
+            if starting:
+                raise DaemonStarting(holder.pid if holder else None, wait_s)
+            print(f"veritas-watch: gave up after {wait_s:.0f} s: {waiting}", file=sys.stderr)
             raise SystemExit(EXIT_DATA_DIR_OWNED)
         time.sleep(0.25)
 
@@ -120,12 +138,25 @@ def daemon_or_store(config: Config, command: str) -> tuple[DaemonEndpoint | None
 # -- commands -------------------------------------------------------------------------------------
 
 def cmd_run(config: Config, once: bool) -> int:
+    from veritas_watch.owner import DataDirOwned, OwnerLock, StartupError
+
+    # The data dir's lock before the daemon's modules load (a second under no load, 10 s and more under load):
+    # a second daemon or backfill is refused at once, and a CLI command started meanwhile finds a daemon
+    # starting, not a free store to open. Held by a CLI command: the daemon waits for it (`store_held`).
+    owner = OwnerLock(config.data_dir)
+    try:
+        if not owner.try_acquire("daemon", "backfill" if once else "run"):
+            holder = owner.holder()
+            if holder is not None and holder.role == "daemon":
+                print(f"veritas-watch: {DataDirOwned.by_daemon(holder.pid, config.data_dir)}", file=sys.stderr)
+                return DataDirOwned.exit_code
+    except OSError:
+        pass  # an unusable data dir: the daemon's start-up says what is wrong with it
     from veritas_watch.daemon import Daemon
     from veritas_watch.embedding import EmbedderError
-    from veritas_watch.owner import StartupError
 
     try:
-        return asyncio.run(Daemon(config, once=once).run())
+        return asyncio.run(Daemon(config, once=once, owner=owner).run())
     except StartupError as exc:  # port taken, data dir owned: everything opened is closed again
         print(f"veritas-watch: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -163,6 +194,7 @@ def cmd_search(config: Config, args: argparse.Namespace) -> int:
                 return EXIT_CONFIG
             bounds[name] = epoch
     daemon, owned = daemon_or_store(config, "search")
+    stored_for_agent: int | None = None  # offline: how many memories the agent has (an empty answer's reason)
     if daemon is not None:
         body: dict[str, Any] = {"agent_id": args.agent, "query": args.query, "limit": args.limit,
                                 "mode": args.mode, "roles": args.role, **bounds}
@@ -188,16 +220,63 @@ def cmd_search(config: Config, args: argparse.Namespace) -> int:
                 roles=tuple(args.role or ()), since=bounds.get("since"), until=bounds.get("until"),
                 expand=config.search.expand_context and not args.no_expand, floor=floor,
                 allow_cross_agent=config.search.allow_cross_agent)
+            if not results and args.agent is not None:
+                stored_for_agent = store.count(args.agent)
         finally:
             store.close()
             _release(owned)
+    if not results:
+        return _nothing_found(config, args, daemon, stored_for_agent)
     if args.json:
-        print(json.dumps(results, ensure_ascii=False))
+        print(json_line(json.dumps(results, ensure_ascii=False)))
     else:
+        width = shutil.get_terminal_size((100, 24)).columns
         for r in results:
-            context = "  (context of a hit)" if r.get("neighbour_of") else ""
-            print(f"{r['score']:.3f}  [{r['role']}] {r['timestamp']}  {r['source']}{context}\n    {r['text']}")
+            print(_hit_header(r))
+            text = (r.get("entry_text") or r.get("text") or "") if args.full else r.get("text") or ""
+            print("\n".join(indented(text, width=width, max_lines=None if args.full else HIT_LINES)))
+            if args.full and r.get("source"):
+                print(f"    ({printable(r['source'])})")
+            print()
     return 0
+
+
+HIT_LINES = 8  # of one hit's text in `search` (--full: all of it): a screen shows several hits
+
+
+def _hit_header(r: dict[str, Any]) -> str:
+    """One hit's first line: score, who said it (agent, session, role or speaker), when."""
+    who = f"{r['role']} ({r['speaker']})" if r.get("speaker") else r.get("role")
+    context = "  (context of the hit above)" if r.get("neighbour_of") else ""
+    return printable(f"{r['score']:.3f}  {r.get('agent_id')} / {r.get('session_id')}  {r.get('timestamp')}  "
+                     f"[{who}]{context}")
+
+
+def _nothing_found(config: Config, args: argparse.Namespace, daemon: DaemonEndpoint | None,
+                   stored_for_agent: int | None) -> int:
+    """No result: an agent nobody knows is a mistake (2); a known one's memory simply has no match (1)."""
+    if args.json:
+        print("[]")
+    if args.agent is not None and not _agent_known(config, args.agent, daemon, stored_for_agent):
+        print(f"veritas-watch: no agent {printable(args.agent)!r}: none under {config.state_dir / 'agents'} and "
+              f"nothing stored for it (`veritas-watch status` lists the agents)", file=sys.stderr)
+        return EXIT_CONFIG
+    floor = "" if args.no_floor else " above the relevance floor (--no-floor shows weaker matches)"
+    whose = f"{printable(args.agent)}'s memory" if args.agent else "memory"
+    print(f"veritas-watch: nothing in {whose} matches{floor}", file=sys.stderr)
+    return 1
+
+
+def _agent_known(config: Config, agent: str, daemon: DaemonEndpoint | None, stored: int | None) -> bool:
+    """An agent OpenClaw has (its dir), or one with memories kept (deleted since, or only in the store)."""
+    from veritas_watch.openclaw import iter_agents
+
+    if stored or any(a.agent_id == agent for a in iter_agents(config.state_dir)):
+        return True
+    if daemon is None:
+        return False
+    with _request(daemon, "/status") as response:
+        return agent in (json.loads(response.read()).get("agents") or {})
 
 
 def _release(lock: Any) -> None:
@@ -206,19 +285,38 @@ def _release(lock: Any) -> None:
 
 
 def cmd_status(config: Config, args: argparse.Namespace) -> int:
-    daemon, owned = daemon_or_store(config, "status")
-    if daemon is not None:
-        with _request(daemon, "/status") as response:
-            status = json.loads(response.read())
-    else:
-        from veritas_watch.openclaw import TranscriptDb
-        from veritas_watch.sources.cursors import CursorStore
-        from veritas_watch.sources.sqlite_feed import SqliteSource
-        from veritas_watch.status import offline_status
+    from veritas_watch.status import render_text
 
-        path = config.data_dir / "cursors.sqlite"
-        cursors: list[Any] = []
-        sqlite: list[SqliteSource] = []
+    status: dict[str, Any]
+    try:
+        daemon, owned = daemon_or_store(config, "status", wait_s=STATUS_WAIT_S)
+    except DaemonStarting as exc:  # what the data dir says would be stale in a moment: say it starts
+        status = {"running": False, "starting": True, "pid": exc.pid}
+    else:
+        if daemon is not None:
+            with _request(daemon, "/status") as response:
+                status = json.loads(response.read())
+        else:
+            status = _offline_status(config, owned)
+    if args.json:
+        print(json_line(json.dumps(status, ensure_ascii=False, indent=2)))
+    else:
+        print("\n".join(render_text(status)))
+    return 0
+
+
+def _offline_status(config: Config, owned: Any) -> dict[str, Any]:
+    """`status` from the data dir of a daemon that is not running (this process holds its lock)."""
+    from veritas_watch.openclaw import TranscriptDb
+    from veritas_watch.sources.cursors import CursorStore
+    from veritas_watch.sources.sqlite_feed import SqliteSource
+    from veritas_watch.status import offline_status
+
+    path = config.data_dir / "cursors.sqlite"
+    cursors: list[Any] = []
+    sqlite: list[SqliteSource] = []
+    store = None
+    try:
         if path.exists():
             saved = CursorStore(path)
             try:
@@ -227,32 +325,13 @@ def cmd_status(config: Config, args: argparse.Namespace) -> int:
                           for db in saved.sqlite_dbs()]
             finally:
                 saved.close()
-        store = None
-        try:
-            if (config.data_dir / "store").exists() or config.store.url:
-                store, _ = _open_offline(config)
-            status = offline_status(cursors, store, sqlite, (config.state_dir, config.data_dir))
-        finally:
-            if store is not None:
-                store.close()
-            _release(owned)
-    if args.json:
-        print(json.dumps(status, ensure_ascii=False, indent=2))
-    else:
-        print(f"daemon: {'running' if status.get('running') else 'not running'}"
-              f"  backlog: {status.get('backlog_bytes', 0)} bytes"
-              + (f" ({status['in_flight_bytes']} being stored)" if status.get("in_flight_bytes") else ""))
-        for agent_id, agent in sorted(status.get("agents", {}).items()):
-            print(f"  {agent_id}: files={agent['files']} sessions={agent['sessions']} "
-                  f"entries={agent['entries_stored']} lag={agent['lag_bytes']}B/{agent.get('lag_rows', 0)}rows "
-                  f"last={agent['last_entry_at']} open_gaps={agent.get('open_gaps', 0)} "
-                  f"credentials={agent.get('credentials_captured', 0)}")
-        for gap in status.get("gaps", []):
-            print(f"  open gap: {gap['agent_id']} session {gap['session_id']} ended {gap['ended_at']}, "
-                  f"STATE.md {gap['state_time'] or 'missing'} ({gap['transcript']})")
-        for problem in status.get("problems", []):
-            print(f"  skipped: {problem['path']}: {problem['problem']} ({problem['detail']})")
-    return 0
+        if (config.data_dir / "store").exists() or config.store.url:
+            store, _ = _open_offline(config)
+        return offline_status(cursors, store, sqlite, (config.state_dir, config.data_dir))
+    finally:
+        if store is not None:
+            store.close()
+        _release(owned)
 
 
 def _export_lines(config: Config, agent: str | None) -> Iterator[str]:
@@ -277,7 +356,7 @@ def _export_lines(config: Config, agent: str | None) -> Iterator[str]:
 
 def cmd_export(config: Config, args: argparse.Namespace) -> int:
     for line in _export_lines(config, args.agent):
-        sys.stdout.write(line + "\n")
+        sys.stdout.write(json_line(line) + "\n")  # the daemon's lines too: the same JSON, escaped
     sys.stdout.flush()
     return 0
 
@@ -285,7 +364,7 @@ def cmd_export(config: Config, args: argparse.Namespace) -> int:
 def cmd_doctor(config: Config, args: argparse.Namespace) -> int:
     from veritas_watch.doctor import exit_code, render_report, run_doctor
 
-    checks = run_doctor(config, unit_paths=args.unit)
+    checks = run_doctor(config, unit_paths=args.unit, config_error=args.config_error)
     print(json.dumps([c.to_dict() for c in checks], indent=2) if args.json else render_report(checks))
     return exit_code(checks)
 
@@ -298,7 +377,7 @@ def cmd_selftest(config: Config, args: argparse.Namespace) -> int:
 
 def cmd_creds(config: Config, args: argparse.Namespace) -> int:
     from veritas_watch.daemon import load_redact_key
-    from veritas_watch.features.credentials import INDEX_FILE, find_credential, followed, read_index
+    from veritas_watch.features.credentials import INDEX_FILE, find_credential
     from veritas_watch.openclaw import agent_workspace, iter_agents
 
     state_dir = config.state_dir
@@ -307,10 +386,7 @@ def cmd_creds(config: Config, args: argparse.Namespace) -> int:
         agents.append(args.agent)
     indexes = {a: agent_workspace(state_dir, a) / INDEX_FILE for a in agents}
     if args.creds_command != "find":
-        for agent_id, path in indexes.items():
-            for row in read_index(path):
-                print(f"{agent_id}\t{row.service}\t{row.key_name}\t{followed(row.location)}\t{row.status}\t"
-                      f"{row.first_seen}\tfp={row.fingerprint}")
+        _list_credentials(config, indexes)
         return 0
     key = load_redact_key(config.data_dir) if config.data_dir.is_dir() else None
     found = find_credential(args.service, index_paths=indexes,
@@ -318,23 +394,71 @@ def cmd_creds(config: Config, args: argparse.Namespace) -> int:
                             units=config.credentials.units, environ=os.environ, fingerprint_key=key,
                             reveal=args.reveal and sys.stdout.isatty())
     if args.json:
-        print(json.dumps([{"source": f.source, "agent": f.agent, "where": f.where, "service": f.service,
-                           "key_name": f.key_name, "masked": f.masked, "fingerprint": f.fingerprint,
-                           "status": f.status} for f in found], ensure_ascii=False))
+        rows = [{"source": f.source, "agent": f.agent, "where": f.where, "service": f.service, "key_name": f.key_name,
+                 "masked": f.masked, "fingerprint": f.fingerprint, "status": f.status} for f in found]
+        print(json_line(json.dumps(rows, ensure_ascii=False)))
     for f in found if not args.json else []:
         shown = f.value if f.value is not None else f.masked
         source = f"{f.source}:{f.agent}" if f.agent else f.source
-        print(f"{source}\t{f.service}\t{f.key_name}\t{f.where}\t{shown}")
+        print(printable(f"{source}\t{f.service}\t{f.key_name}\t{f.where}\t{shown}"))
     return 0 if found else 1
+
+
+def _list_credentials(config: Config, indexes: dict[str, Path]) -> None:
+    """Each agent's index rows, then the rows still waiting in the data dir (`status` counts both), each
+    agent's waiting rows followed by why they wait (on stderr: stdout stays one row a line)."""
+    from veritas_watch.features.credentials import IndexStateStore, followed, read_index
+
+    waiting: dict[str, list[Any]] = {}
+    for queued in IndexStateStore(config.data_dir).load().pending:
+        if queued.agent_id in indexes:
+            waiting.setdefault(queued.agent_id, []).append(queued)
+    shown = 0
+    for agent_id, path in indexes.items():
+        for row in read_index(path):
+            shown += 1
+            print(printable(f"{agent_id}\t{row.service}\t{row.key_name}\t{followed(row.location)}\t{row.status}\t"
+                            f"{row.first_seen}\tfp={row.fingerprint}"))
+        rows = waiting.get(agent_id, [])
+        shown += len(rows)
+        for pending in rows:
+            entry = pending.entry
+            print(printable(f"{agent_id}\t{entry.finding.service}\t{entry.finding.key_name}\t{entry.location}\t"
+                            f"pending\t{entry.seen_at}\tfp={entry.finding.fingerprint}"))
+        if rows:
+            workspace = path.parent
+            why = (f"its workspace {workspace} does not exist yet; they are written to its {path.name} when "
+                   "OpenClaw creates it (the agent's first run)" if not workspace.is_dir() else
+                   f"the running daemon writes them to {path} within a minute"
+                   + (" (some wait for the value behind a mask)" if any(r.mask for r in rows) else ""))
+            print(printable(f"veritas-watch: {agent_id}: {len(rows)} credential row(s) pending: {why}"),
+                  file=sys.stderr)
+    if not shown:
+        print("veritas-watch: no credentials captured", file=sys.stderr)
+
+
+def _fallback_config() -> Config:
+    """What `doctor` checks when the config file cannot be used: the environment's settings without the file,
+    else the built-in defaults (the state dir from $OPENCLAW_STATE_DIR still)."""
+    environ = {k: v for k, v in os.environ.items() if k != "VERITAS_WATCH_CONFIG"}
+    try:
+        return load_config(None, environ)
+    except ConfigError:  # an environment override is the bad part
+        keep = ("OPENCLAW_STATE_DIR", "OPENCLAW_HOME", "HOME")
+        return load_config(None, {k: v for k, v in environ.items() if k in keep})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    config_error: str | None = None
     try:
         config = load_config(args.config)
     except ConfigError as exc:
-        print(f"veritas-watch: config error: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
+        if args.command != "doctor":
+            print(f"veritas-watch: config error: {exc}", file=sys.stderr)
+            return EXIT_CONFIG
+        config_error, config = f"config error: {exc}", _fallback_config()  # doctor reports it with the rest
+    args.config_error = config_error
     if getattr(args, "agent", None) is not None:  # an agent id is never more than one (OpenClaw's rule)
         from veritas_watch.openclaw import InvalidAgentId, canonical_agent_id
 
@@ -357,6 +481,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except DaemonStarting as exc:
+        print(f"veritas-watch: {exc}", file=sys.stderr)
+        return EXIT_DATA_DIR_OWNED
     except (CliError, StoreError) as exc:  # StoreError: the store cannot be opened (disk full, damaged)
         print(f"veritas-watch: {exc}", file=sys.stderr)
         return 1

@@ -170,7 +170,8 @@ def commit_batch(batch: Sequence[Work]) -> None:
 class Daemon:
     """The lifecycle: signals → start-up → main loop (`Running`) → shutdown, with one exit stack."""
 
-    def __init__(self, config: Config, *, once: bool = False, wrap_store: StoreWrapper | None = None):
+    def __init__(self, config: Config, *, once: bool = False, wrap_store: StoreWrapper | None = None,
+                 owner: OwnerLock | None = None):
         self.config = config
         self.wrap_store = wrap_store
         self.once = once  # backfill: one pass over everything, then exit
@@ -180,7 +181,7 @@ class Daemon:
         self.started = time.time()
         self.metrics = DaemonMetrics()
         self._signals = 0
-        self.owner = OwnerLock(config.data_dir)
+        self.owner = owner or OwnerLock(config.data_dir)  # `cli run` takes it before loading this module
         self.problems = ProblemLog(config.state_dir)  # paths that cannot be followed (status, doctor)
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -276,8 +277,7 @@ class Daemon:
                 return True
             holder = self.owner.holder()
             if holder is not None and holder.role == "daemon":
-                raise DataDirOwned(f"another veritas-watch daemon (pid {holder.pid}) owns {data_dir}; "
-                                   "stop it first, or give this one its own data dir (VERITAS_WATCH_DATA_DIR)")
+                raise DataDirOwned.by_daemon(holder.pid, data_dir)
             described = holder.describe() if holder is not None else "another process"
             if described != waiting_for:
                 log.warning("store_held", holder=described, data_dir=str(data_dir),

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import structlog.testing
 
@@ -27,6 +27,7 @@ from veritas_watch.client import DaemonEndpoint
 from veritas_watch.config import Config
 from veritas_watch.features.credentials import pending_counts
 from veritas_watch.openclaw import agent_workspace, classify_transcript, iter_agents, transcript_dbs
+from veritas_watch.terminal import printable
 
 Status = Literal["ok", "warn", "fail"]
 UNIT_NAME = "veritas-watch.service"
@@ -56,7 +57,7 @@ class Check:
 
 def render_report(checks: Sequence[Check]) -> str:
     counts = {s: sum(c.status == s for c in checks) for s in ("ok", "warn", "fail")}
-    lines = [c.render() for c in checks]
+    lines = [printable(c.render()) for c in checks]  # paths and details come from the state dir: anyone's text
     lines.append(f"{counts['ok']} ok, {counts['warn']} warning(s), {counts['fail']} failure(s)")
     return "\n".join(lines)
 
@@ -65,14 +66,20 @@ def exit_code(checks: Sequence[Check]) -> int:
     return 1 if any(c.status == "fail" for c in checks) else 0
 
 
-def run_doctor(config: Config, *, unit_paths: Sequence[Path] | None = None, load_model: bool = True) -> list[Check]:
-    """All checks, in order. `unit_paths`: unit files to check instead of the installed ones (tests)."""
-    checks: list[Check] = [_config(config), *_state_dir(config), _paths(config), *_data_dir(config), _inotify(config)]
+def run_doctor(config: Config, *, unit_paths: Sequence[Path] | None = None, load_model: bool = True,
+               config_error: str | None = None) -> list[Check]:
+    """All checks, in order. `unit_paths`: unit files to check instead of the installed ones (tests).
+    `config_error`: the config file could not be used; `config` is then the defaults and the environment, and
+    every other check still runs on it."""
+    daemon = client.find(config)
+    status = _daemon_status(daemon)
+    checks: list[Check] = [_config(config, config_error), *_state_dir(config), _paths(config),
+                           _transcript_dbs(config, status), _gaps(config, status), *_data_dir(config),
+                           _inotify(config)]
     meta: tuple[str, int] | None = None
     if load_model:
         model_check, meta = _model(config)
         checks.append(model_check)
-    daemon = client.find(config)
     checks.append(_daemon(config, daemon))
     checks.append(_store(config, daemon, meta))
     checks.extend(_units(unit_paths if unit_paths is not None else list(installed_units())))
@@ -81,7 +88,10 @@ def run_doctor(config: Config, *, unit_paths: Sequence[Path] | None = None, load
 
 # -- config, paths -------------------------------------------------------------------------------
 
-def _config(config: Config) -> Check:
+def _config(config: Config, error: str | None = None) -> Check:
+    if error is not None:
+        return Check("config", "fail", f"{error}; the checks below use the built-in defaults and the environment",
+                     "fix the config file (the daemon does not start with it), then run doctor again")
     source = config.source_file or "built-in defaults (no config file; $VERITAS_WATCH_CONFIG unset)"
     return Check("config", "ok", f"{source}; log level {config.log.level}, "
                  f"http {config.http.host}:{config.http.port}" + (" (token set)" if config.http.token else ""))
@@ -167,6 +177,59 @@ def _paths(config: Config) -> Check:
     return Check("paths", "warn", f"{len(problems)} path(s) skipped, everything else is read: {shown}{more}",
                  "remove or fix them (a symlink loop, modes: chmod u+rx, a FIFO or socket named *.jsonl); "
                  "the daemon logs each once and lists them in `veritas-watch status --json` (problems)")
+
+
+def _daemon_status(daemon: DaemonEndpoint | None) -> dict[str, Any] | None:
+    """The running daemon's `status` (what it met while reading); None when none answers."""
+    if daemon is None:
+        return None
+    try:
+        answer = daemon.call("/status", timeout=30)
+    except (OSError, ValueError):
+        return None
+    return answer if isinstance(answer, dict) else None
+
+
+def _transcript_dbs(config: Config, status: dict[str, Any] | None) -> Check:
+    """The SQLite transcript stores: the running daemon's view of them, else each read once here."""
+    from veritas_watch.status import probe_transcript_dbs
+
+    if status is not None:
+        dbs = list(status.get("sqlite") or [])
+        failed = [f"{p['path']}: {p['detail']}" for p in status.get("problems") or []
+                  if p.get("problem") == "sqlite_failed"]
+    else:
+        dbs = probe_transcript_dbs(config.state_dir) if config.state_dir.is_dir() else []
+        failed = []
+    bad = [f"{db['db']} (agent {db['agent']}): {db['error']}" for db in dbs if db.get("error")] + failed
+    if bad:
+        return Check("transcript_dbs", "fail", f"{len(bad)} SQLite transcript store(s) cannot be read: "
+                     + "; ".join(bad[:5]),
+                     "the daemon retries each with backoff and reads the other agents meanwhile; a `corrupt` one "
+                     "needs OpenClaw's own repair or a backup (`openclaw backup`), a `locked` one a writer that "
+                     "let go, `cannot_open`/`io_error` its modes or disk")
+    return Check("transcript_dbs", "ok", f"{len(dbs)} SQLite transcript store(s) readable")
+
+
+def _gaps(config: Config, status: dict[str, Any] | None) -> Check:
+    """Conversations that ended after the agent's STATE.md was last written (the daemon's, else those saved)."""
+    from veritas_watch.status import gap_record, saved_open_gaps
+
+    if status is not None:
+        gaps = list(status.get("gaps") or [])
+    else:
+        try:
+            gaps = [gap_record(g) for g in saved_open_gaps(config.data_dir)]
+        except Exception as exc:  # a damaged gap store: say so, the other checks go on
+            return Check("gaps", "warn", f"open gaps unreadable: {type(exc).__name__}: {exc}"[:300],
+                         "the daemon rebuilds them at its next start-up scan")
+    if not gaps:
+        return Check("gaps", "ok", "no open gap (every ended conversation is older than its agent's STATE.md)")
+    shown = "; ".join(f"{g['agent_id']} session {g['session_id']} ended {g['ended_at']}, STATE.md "
+                      f"{g['state_time'] or 'missing'}" for g in gaps[:5])
+    return Check("gaps", "warn", f"{len(gaps)} open gap(s): {shown}",
+                 "the agent's STATE.md is older than its last conversation: run the sync (gaps.on_gap hook), or "
+                 "see `veritas-watch status`")
 
 
 def _nearest_existing(path: Path) -> Path:

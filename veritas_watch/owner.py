@@ -46,6 +46,12 @@ class PortTaken(StartupError):
 class DataDirOwned(StartupError):
     exit_code = EXIT_DATA_DIR_OWNED
 
+    @classmethod
+    def by_daemon(cls, pid: int, data_dir: Path) -> DataDirOwned:
+        """The refusal of a second daemon (the CLI says it before loading the daemon, the daemon after)."""
+        return cls(f"another veritas-watch daemon (pid {pid}) owns {data_dir}; stop it first, or give this one its "
+                   "own data dir (VERITAS_WATCH_DATA_DIR)")
+
 
 @dataclass(frozen=True, slots=True)
 class Holder:

@@ -14,6 +14,7 @@ from veritas_watch.features.capture import credentials_per_agent
 from veritas_watch.openclaw import TranscriptDb, agent_workspace, classify_transcript, iter_agents
 from veritas_watch.sources.cursors import FileCursor
 from veritas_watch.sources.sqlite_feed import SourceHealth, SqliteSource
+from veritas_watch.terminal import printable
 
 if TYPE_CHECKING:
     from veritas_watch.daemon import Running
@@ -192,15 +193,39 @@ def scope_status(full: dict[str, Any], agent_id: str) -> dict[str, Any]:
     return scoped
 
 
+def probe_transcript_dbs(state_dir: Path) -> list[dict[str, Any]]:
+    """Each SQLite transcript store read once, as the daemon's poll reads it (read-only, one row at most): the
+    `sqlite` records of `status` for a process that polls nothing (offline `status`, `doctor`)."""
+    from veritas_watch.openclaw import transcript_dbs
+    from veritas_watch.sources.sqlite import SqliteSourceError, SqliteTranscriptReader
+
+    records = []
+    for db in transcript_dbs(state_dir, iter_agents(state_dir)):
+        if not db.path.is_file():  # none yet (a JSONL-only agent); anything else is a path problem
+            continue
+        health = SourceHealth()
+        try:
+            with SqliteTranscriptReader(db.path, db.agent_id, key=db.key) as reader:
+                poll = reader.poll({}, max_rows=1, max_bytes=1)
+            health.schema_version, health.sessions = poll.schema.schema_version, len(poll.sessions)
+        except SqliteSourceError as exc:
+            health.error = exc.reason
+        records.append(_sqlite_record(db.key, health))
+    return records
+
+
 def offline_status(cursors: list[FileCursor], store: Store | None, sqlite: Iterable[SqliteSource] = (),
                    dirs: tuple[Path, Path] | None = None) -> dict[str, Any]:
-    """`dirs`: (state dir, data dir), to count credentials."""
+    """`dirs`: (state dir, data dir), to count credentials. Without a store, nothing is stored yet (0)."""
     agents = agents_from_cursors(((c, _size(c.path)) for c in cursors), sqlite)
     if dirs is not None:
         add_unread_files(dirs[0], agents, {c.path for c in cursors})
         add_credentials(*dirs, agents)
     if store is not None:
         count_entries(store, agents)
+    else:
+        for agent in agents.values():
+            agent["entries_stored"] = 0
     problems: list[dict[str, object]] = []
     if dirs is not None:
         from veritas_watch.problems import ProblemLog, scan_state_dir
@@ -211,4 +236,52 @@ def offline_status(cursors: list[FileCursor], store: Store | None, sqlite: Itera
     open_gaps = saved_open_gaps(dirs[1]) if dirs is not None else []
     add_gaps(agents, open_gaps)
     return {"running": False, "agents": agents, "backlog_bytes": sum(a["lag_bytes"] for a in agents.values()),
-            "gaps": [gap_record(g) for g in open_gaps], "problems": problems}
+            "gaps": [gap_record(g) for g in open_gaps], "problems": problems,
+            "sqlite": probe_transcript_dbs(dirs[0]) if dirs is not None else []}
+
+
+def render_text(status: dict[str, Any]) -> list[str]:
+    """`veritas-watch status` without --json: one line for the daemon, one per agent, then one per thing that
+    needs a look (everything `--json` knows is wrong: a store down, polling instead of inotify, a transcript
+    database that cannot be read, skipped paths, open gaps, credential rows waiting). Printable text only."""
+    if status.get("starting"):
+        head = f"daemon: starting (pid {status.get('pid')}), not ready yet"
+    else:
+        head = "daemon: running" if status.get("running") else "daemon: not running"
+    lines = [head + f"  backlog: {status.get('backlog_bytes', 0)} bytes"
+             + (f" ({status['in_flight_bytes']} being stored)" if status.get("in_flight_bytes") else "")]
+    uncounted = False
+    for agent_id, agent in sorted(status.get("agents", {}).items()):
+        entries = agent.get("entries_stored")
+        uncounted = uncounted or entries is None
+        lines.append(f"  {agent_id}: files={agent['files']} sessions={agent['sessions']} "
+                     f"entries={'?' if entries is None else entries} "
+                     f"lag={agent['lag_bytes']}B/{agent.get('lag_rows', 0)}rows "
+                     f"last={agent['last_entry_at']} open_gaps={agent.get('open_gaps', 0)} "
+                     f"credentials={agent.get('credentials_captured', 0)}")
+    if uncounted:
+        lines.append("  (entries=?: the store did not answer in time to count them; ask again)")
+    if status.get("store_state") == "down":
+        lines.append("  store: down (the daemon retries; nothing is lost: cursors wait for the store)")
+    watcher = status.get("watcher") or {}
+    if watcher.get("fallback_reason"):
+        lines.append(f"  watcher: {watcher.get('mode')} ({watcher['fallback_reason']})")
+    for db in status.get("sqlite", []):
+        if db.get("error"):
+            lines.append(f"  transcript database unreadable: {db['db']} (agent {db['agent']}): {db['error']}; "
+                         "retried with backoff, the other agents keep flowing")
+    for db in status.get("sqlite", []):
+        if db.get("exclusions"):
+            lines.append(f"  kept out of memory: {db['agent']}: "
+                         + " ".join(f"{reason}={count}" for reason, count in db["exclusions"].items())
+                         + f" session(s) ({db['db']})")
+    for problem in status.get("problems", []):
+        lines.append(f"  skipped: {problem['path']}: {problem['problem']} ({problem['detail']})")
+    for gap in status.get("gaps", []):
+        lines.append(f"  open gap: {gap['agent_id']} session {gap['session_id']} ended {gap['ended_at']}, "
+                     f"STATE.md {gap['state_time'] or 'missing'} ({gap['transcript']})")
+    for agent_id, agent in sorted(status.get("agents", {}).items()):
+        if agent.get("credentials_captured") and agent.get("workspace_exists") is False:
+            lines.append(f"  credentials waiting: {agent_id}'s workspace {agent.get('workspace')} does not exist "
+                         "yet; its CREDENTIALS_INDEX.md rows are written when OpenClaw creates it")
+    return [printable(line) for line in lines]
