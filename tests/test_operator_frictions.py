@@ -171,9 +171,10 @@ def test_status_on_a_starting_daemon_waits_for_it_and_never_opens_its_store(daem
     starting = DaemonProcess(state, tmp_path / "data")
     starting.start(wait=False)
     assert starting.proc is not None
+    pid = starting.proc.pid
     lock = tmp_path / "data" / "owner.lock"
     # The lock is the daemon's from its first moments (before its modules load): freeze it there.
-    wait_for(lambda: lock.exists() and f'"pid": {starting.proc.pid}' in lock.read_text(), timeout=120,
+    wait_for(lambda: lock.exists() and f'"pid": {pid}' in lock.read_text(), timeout=120,
              what="the daemon holds its data dir")
     starting.pause()
     err = tmp_path / "status.err"
