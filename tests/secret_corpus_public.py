@@ -32,7 +32,14 @@ from typing import Any
 
 DATA = Path(__file__).resolve().parent / "data"
 CORPORA = ("gitleaks", "noseyparker", "trufflehog", "kingfisher", "secretlint")
-SHAPES = ("en", "zh", "shell", "code", "json", "env", "example")
+SHAPES = ("en", "zh", "shell", "code", "json", "env", "curl", "url", "example")
+# The six contexts issue 37 measures in (a chat sentence, a code block, a `.env` line, JSON config, a curl
+# command, a URL parameter), each the union of the shapes above that write it; `example` (the scanner's own
+# text) is reported on its own.
+CONTEXTS: dict[str, tuple[str, ...]] = {
+    "chat": ("en", "zh"), "code": ("code",), "env": ("env", "shell"), "json": ("json",), "curl": ("curl",),
+    "url": ("url",),
+}
 
 
 @dataclass(frozen=True)
@@ -171,7 +178,45 @@ ENV = (
     "here's my .env:\n```\n{I}_{NOUN}={s}\nREGION=us-east-1\n```",
     '{I}_{NOUN}="{s}"\nTIMEOUT_MS=3000',
 )
-TEMPLATES: dict[str, tuple[str, ...]] = {"en": EN, "zh": ZH, "shell": SHELL, "code": CODE, "json": JSON, "env": ENV}
+# How APIs document their keys on the command line: the key as the basic-auth user with an empty password
+# (Stripe, Mailgun, Recurly, Chargebee), or a placeholder password (Freshdesk's `:X`), or in a header.
+CURL = (
+    "curl -u {s}: https://api.{i}.com/v1/charges",
+    "curl https://api.{i}.com/v3/messages -u {s}:",
+    "curl --user {s}: https://api.{i}.com/v1/items",
+    "curl -X POST --user={s}: https://api.{i}.com/v1/send -d to=me",
+    'curl -u "{s}:" https://api.{i}.com/v2/accounts',
+    "curl -u {s}:X https://{i}.example.com/api/v2/tickets",
+    "```bash\ncurl -s -u {s}: \\\n  https://api.{i}.com/v1/customers\n```",
+    'curl -H "Authorization: Bearer {s}" https://api.{i}.com/v1/me',
+    "curl -H 'X-API-Key: {s}' https://api.{i}.com/v2/status",
+)
+# A key in a query string, as pasted from a browser, a log or an API's docs.
+URL = (
+    "https://api.{i}.com/v1/data?api_key={s}&format=json",
+    "GET https://api.{i}.com/v2/search?q=test&key={s}",
+    "open https://{i}.example.com/hooks/incoming?token={s} in the browser",
+    "wss://stream.{i}.com/v1/ws?access_token={s}",
+    "the docs say: https://api.{i}.com/v1/items?apikey={s}",
+    "curl 'https://api.{i}.com/v1/query?{i}_{noun}={s}&units=metric'",
+)
+# A password goes where a command or a URL takes one: after a user name.
+CURL_PASSWORD = (
+    "curl -u admin:{s} https://{i}.example.com/api/health",
+    'curl --user "deploy:{s}" https://{i}.example.com/api/v1/jobs',
+    "curl -s --user=ops:{s} https://{i}.example.com/metrics",
+    "curl -X POST https://{i}.example.com/api/login -u backup:{s}",
+)
+URL_PASSWORD = (
+    "https://{i}.example.com/login?user=admin&password={s}",
+    "GET https://{i}.example.com/api/auth?username=ops&pass={s}&remember=1",
+    "the router page is http://192.168.1.1/cgi-bin/login?user=admin&pwd={s}",
+)
+TEMPLATES: dict[str, tuple[str, ...]] = {"en": EN, "zh": ZH, "shell": SHELL, "code": CODE, "json": JSON, "env": ENV,
+                                         "curl": CURL, "url": URL}
+_PASSWORD_TEMPLATES = {"curl": CURL_PASSWORD, "url": URL_PASSWORD}
+# What a value cannot hold and still be one argument of a command, or one parameter of a query string.
+_BREAKS_SHAPE = {"curl": re.compile(r"[\s\"'\\]"), "url": re.compile(r"[\s&#\"'<>]")}
 
 
 def _escape_for(shape: str, template: str, secret: str) -> str:
@@ -212,7 +257,13 @@ def place(sample: Sample, shape: str, index: int) -> Placed | None:
         start = sample.example.index(sample.secret)
         return Placed(sample, shape, "scanner", sample.example, start, start + len(sample.secret))
     multiline = "\n" in sample.secret
+    if shape in _BREAKS_SHAPE and _BREAKS_SHAPE[shape].search(sample.secret):
+        return None
     templates = TEMPLATES[shape]
+    if shape in _PASSWORD_TEMPLATES and _noun(sample.rule) == "password":
+        templates = _PASSWORD_TEMPLATES[shape]
+    if shape == "curl" and ":" in sample.secret:
+        templates = tuple(t for t in templates if "{s}:" not in t)  # the user part of `-u` holds no colon
     if multiline:
         if shape not in ("en", "zh", "code"):
             return None
@@ -387,6 +438,18 @@ class Recall:
     by_shape: dict[str, Tally]
     by_rule: dict[str, Tally]
     misses: list[tuple[Placed, str]]  # what was missed, and how ("missed" or "partial")
+
+
+def by_context(result: Recall) -> dict[str, Tally]:
+    """The recall of each of the six CONTEXTS, from the shapes that write it."""
+    out: dict[str, Tally] = {}
+    for context, shapes in CONTEXTS.items():
+        tally = out.setdefault(context, Tally())
+        for shape in shapes:
+            part = result.by_shape.get(shape, Tally())
+            tally.found += part.found
+            tally.total += part.total
+    return out
 
 
 def caught(spans: list[tuple[int, int]], start: int, end: int) -> str:

@@ -142,7 +142,8 @@ GENERIC_TRUE: list[tuple[str, str, str, str | None, str | None]] = [
         "admin@db.example.com",
         "PostgreSQL",
     ),
-    ("curl -u ops:Gr4fana!pw https://grafana.example.com", "ops:Gr4fana!pw", "curl_user_password", None, None),
+    # the user names the login, the vault keeps the password (as for URL credentials)
+    ("curl -u ops:Gr4fana!pw https://grafana.example.com", "Gr4fana!pw", "curl_user_password", "ops (curl -u)", None),
     (
         "Driver={ODBC Driver 18 for SQL Server};Server=tcp:db.example.net,1433;Uid=app;Pwd={Xk9#mQ2;vLp7!zR4};",
         "Xk9#mQ2;vLp7!zR4",

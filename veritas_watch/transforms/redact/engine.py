@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from veritas_watch.model import MaskKind, Redacted, SecretFinding
@@ -16,6 +17,7 @@ from veritas_watch.transforms.redact.base import (
     is_documented_example,
     shannon_entropy,
 )
+from veritas_watch.transforms.redact.labels import safe_labels
 from veritas_watch.transforms.redact.masks import _detect_masked, is_opaque_mask, masked_fingerprint
 from veritas_watch.transforms.redact.names import _known_service_near
 from veritas_watch.transforms.redact.rules import (
@@ -83,8 +85,28 @@ def _marker_spans(text: str, lowered: str) -> list[tuple[int, int]]:
     return [m.span() for m in MARKER_RE.finditer(text)]
 
 
+_RULE_KEY_NAMES = {rule.name: rule.key_name for rule in RULES}
+
+
 def detect(text: str) -> list[SecretMatch]:
-    """Every secret in `text`, in order, with spans in `text`. Never raises on any string."""
+    """Every secret in `text`, in order, with spans in `text`. Never raises on any string.
+
+    Each match's service and key name are checked here (`labels.safe_labels`), against every value
+    found in the same text: every finding, and so every writer after it, holds only safe labels."""
+    matches = _detect(text)
+    if not matches:
+        return matches
+    values = {m.value for m in matches}
+    out = []
+    for m in matches:
+        service, key_name = safe_labels(m.service, m.key_name, values,
+                                        rule_key_name=_RULE_KEY_NAMES.get(m.rule, "unknown"))
+        out.append(m if (service, key_name) == (m.service, m.key_name)
+                   else dataclasses.replace(m, service=service, key_name=key_name))
+    return out
+
+
+def _detect(text: str) -> list[SecretMatch]:
     if not text:
         return []
     lowered = text.lower()

@@ -116,7 +116,7 @@ def _extract_assignment(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
             and not typed):
         line_start = text.rfind("\n", 0, m.start()) + 1
         before = text[line_start : m.start()].rstrip(" \t$")
-        if before and before[-1] not in "{[(,;-*#/|":
+        if before and before[-1] not in "{[(,;-*#/|?&":  # (`?key=`, `&key=`: a query parameter)
             return None  # "here is the TokenMall key: ...": prose, which the cue rules read (and name)
     qv = _quoted_value(m)
     if qv is None:
@@ -147,8 +147,8 @@ def _extract_assignment(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
     strength: Strength
     if word == "password":
         strength = "password_env" if env_style else "password"
-    elif word == "key" and not env_style:
-        strength = "weak"
+    elif word == "key" and not env_style and text[m.start("name") - 1 : m.start("name")] not in ("?", "&"):
+        strength = "weak"  # (`?key=` / `&key=` in a URL: an API key parameter, as Google's APIs take it)
     else:
         strength = "token_env" if env_style else "token"
     unwrapped = _WRAP_RE.sub("", value) if quoted else value
@@ -283,8 +283,22 @@ def _extract_url_credentials(rule: Rule, m: re.Match[str], text: str) -> _Hit | 
     scheme = (m.group("scheme") or "mysql").lower().split("+")[0]  # no scheme: a Go MySQL DSN
     host = m.group("host")
     service = _SERVICES.get(scheme) or _SERVICES.get(scheme.rstrip("s")) or host
+    if token_like(user):
+        # `redis://<key>:<password>@host`: the user part is a key too; both are the credential, neither a name
+        return _Hit(m.start("user"), end, key_name=f"key@{host}", service=service, value=f"{user}:{value}")
     # the span takes the user too (`deploy:Qo3j9V#98TAgdB6`): the vault keeps the password
     return _Hit(m.start("user"), end, key_name=f"{user}@{host}", service=service, value=value)
+
+
+_NAME_PIECE_RE = re.compile(r"[A-Za-z]+|[A-Za-z0-9]{1,4}")
+
+
+def token_like(word: str) -> bool:
+    """A word that is a key itself (`sk_live_…`, `AGE-SECRET-KEY-1…`, a random token), not a name: a secret's
+    name (`TF_VAR_cloudflare_api_token`) is made of words and short pieces only."""
+    if not _plausible(word, "token"):
+        return False
+    return not is_secret_name(word) or not all(_NAME_PIECE_RE.fullmatch(p) for p in re.split(r"[_.\-]", word) if p)
 
 
 # The tools that take `-u user:password` (`date -u +%Y-%m-%dT%H:%M:%SZ` is another `-u`); a command may
@@ -302,6 +316,9 @@ def _extract_curl_user(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
     if m.group("pass") is not None and m.group("pass")[:1] not in "\"'":
         end = start + len(text[start:end].rstrip(_TRAIL))
         password = password.rstrip(_TRAIL)
+    service = _known_service_near(text, m.start())
+    if password and token_like(user) and (len(password) < 3 or _is_placeholder(password)):
+        password = ""  # `-u KEY:X` (Freshdesk's way): a stand-in password, the key is the user
     if password:
         if len(password) < 3 or _is_placeholder(password) or _REFERENCE_RE.search(password):
             return None
@@ -309,8 +326,12 @@ def _extract_curl_user(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
             return None  # `-u user:$TOKEN`
     elif not _plausible(user, "token"):
         return None  # `-u sk_test_...:` (an API key as the user, no password) must look like a key
-    return _Hit(start, end, key_name=f"{user or '-'} (curl -u)", service=_known_service_near(text, m.start()),
-                value=text[start:end])
+    if not password or token_like(user):
+        # `-u KEY:` (Stripe's, Mailgun's way) or `-u KEY:PW`: the user is a key, the whole argument the credential
+        return _Hit(start, end, key_name="key (curl -u)", service=service,
+                    value=f"{user}:{password}" if password else user)
+    # `-u deploy:PW`: the user names the login, the vault keeps the password
+    return _Hit(start, end, key_name=f"{user or '-'} (curl -u)", service=service, value=password)
 
 
 _OPEN_QUOTES = {"`": "`", '"': '"', "'": "'", "“": "”", "‘": "’", "「": "」", "『": "』", "(": ")"}

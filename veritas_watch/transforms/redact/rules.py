@@ -1069,14 +1069,15 @@ _CURL_USER_RE = (
     r"(?<![\w\-])(?:-u|--user|-U|--proxy-user)(?:=|[ \t]+)(?P<arg>"
     r"(?P<wq>[\"'])(?P<wuser>[^\s:\"']{0,128}):(?P<wpass>[^\"'\n]{0,256})(?P=wq)|"  # 'user:pass', ":pass", "key:"
     r"(?P<quser>\"[^\"\n:]{1,128}\"|'[^'\n:]{1,128}'):(?P<qpass>\"[^\"\n]{1,256}\"|'[^'\n]{1,256}')|"  # "u":"p"
-    r"(?P<user>[^\s:\"']{1,128}):(?P<pass>'[^'\n]{1,256}'|\"[^\"\n]{1,256}\"|[^\s\"']{1,256}))"  # user:pass
+    r"(?P<user>[^\s:\"']{1,128}):(?P<pass>'[^'\n]{1,256}'|\"[^\"\n]{1,256}\"|[^\s\"']{0,256}))"  # user:pass, key:
 )
 
 _CUE_VALUE = r"(?P<q>[`\"'“‘「『(]?)(?P<value>[!-~]{1,2048})"
 
 _PASSWORD_CUE_RE = (
     r"(?i)(?P<cue>(?<![A-Za-z0-9_\-])(?:pass(?:word|wd|phrase|code)s?|pass(?=[ \t]*[:：=])|pwd|pw|pin\s?code)|"
-    r"密码|密碼|口令|密匙|通行码|パスワード|パスコード|暗証番号|合言葉)(?![A-Za-z0-9_\-])" + _TARGET + r"[\"']?"
+    r"密码|密碼|口令|密匙|通行码|パスワード|パスコード|暗証番号|合言葉|비밀번호|패스워드)(?![A-Za-z0-9_\-])"
+    + _TARGET + r"[\"']?"
     + r"(?:\*\*?|__?)?" + _CUE_SEP + _CUE_VALUE
 )
 _TOKEN_CUE_RE = (
@@ -1583,7 +1584,8 @@ def _extract_bare_password(rule: Rule, m: re.Match[str], text: str) -> _Hit | No
 # "admin / settings", so the value must mix letters with digits or marks (or be random), as no word does.
 _PASSWORD_WORD_RE = (
     r"(?i)(?<![A-Za-z0-9_\-])(?:(?P<cue>password|passwd|passphrase|pwd|pw)[ \t]+|"
-    r"(?P<cjk>密码|密碼|口令|パスワード|パスコード|暗証番号)[をはがも]?[ \t\u3000]*)(?P<value>[!-~]{6,128})"
+    r"(?P<cjk>密码|密碼|口令|パスワード|パスコード|暗証番号|비밀번호|패스워드|암호)[をはがも는은가이를도]?[ \t\u3000]*)"
+    r"(?P<value>[!-~]{6,128})"
 )
 _LOGIN_PAIR_RE = (
     r"(?i)(?<![A-Za-z0-9_\-])(?P<cue>login|log[ \t]+in|logon|sign[ \t]+in|creds?|credentials)(?![A-Za-z0-9_\-])"
@@ -1608,7 +1610,8 @@ def _extract_password_word(rule: Rule, m: re.Match[str], text: str) -> _Hit | No
         return None
     if "/" in value or value.lower().startswith(("http", "www.")):
         return None  # a path or an address goes on after the pair's slash
-    service = _service_before(text, m.start("cue"))
+    # (the start of the match: `cue` is unset where a CJK cue matched, and -1 would read the value itself)
+    service = _service_before(text, m.start())
     key_name = m.group("user") if "user" in m.groupdict() else (m.group("cue") or m.group("cjk")).lower()
     return _Hit(start, end, key_name=key_name, service=service)
 
@@ -1794,7 +1797,7 @@ _GENERIC_RULES: tuple[Rule, ...] = (
         "password_cue",
         _PASSWORD_CUE_RE,
         ("pass", "pw", "pin", "密码", "密碼", "口令", "密匙", "通行码", "パスワード", "パスコード", "暗証番号",
-         "合言葉"),
+         "合言葉", "비밀번호", "패스워드"),
         _extract_password_cue,
         kind="cue",
     ),
@@ -1809,8 +1812,8 @@ _GENERIC_RULES: tuple[Rule, ...] = (
     _g("table_secret_column", _TABLE_RE, ("|",), _extract_table_cells),
     *(_g(name, regex, keywords, _extract_tool_credential) for name, regex, keywords in _TOOL_CREDENTIAL_SHAPES),
     _g("password_word", _PASSWORD_WORD_RE, ("pass", "pwd", "pw", "密码", "密碼", "口令", "パスワード", "パスコード",
-                                            "暗証番号"), _extract_password_word, kind="cue",
-       key_name="password"),
+                                            "暗証番号", "비밀번호", "패스워드", "암호"), _extract_password_word,
+       kind="cue", key_name="password"),
     _g("login_pair", _LOGIN_PAIR_RE, ("log", "sign", "cred"), _extract_password_word, kind="cue",
        key_name="password"),
     _g("label_line", _LABEL_LINE_RE, ("pass", "pwd", "key", "token", "secret"), _extract_label_line, kind="cue"),
