@@ -895,6 +895,25 @@ class OpenClawWriter:
                 self.conn.execute("DELETE FROM session_entries WHERE session_id = ?", (sid,))
                 self.conn.execute("DELETE FROM sessions WHERE session_id = ?", (sid,))
 
+    def set_metadata(self, sid: str, *, channel: str | None = None, chat_type: str | None = None,
+                     hook_source: str | None = None) -> None:
+        """What OpenClaw 2026.9.6 records of a session for its admission policy: `channel` and `chat_type` on its
+        window; a hook's external-content source on the key's entry (`hookExternalContentSource`, exact: `gmail`,
+        `email`, `webhook`) and, with `session_entry_provenance` 1, on the window as `gmail` or a coarse `webhook`
+        (`bindSessionEntryProvenance`: `email` is kept as `webhook`)."""
+        with self.transaction():
+            column = "webhook" if hook_source == "email" else hook_source
+            self.conn.execute(
+                "UPDATE session_windows SET channel = ?, chat_type = ?, hook_external_content_source = ?,"
+                " session_entry_provenance = 1 WHERE session_id = ?", (channel, chat_type, column, sid))
+            if hook_source is not None:
+                row = self.conn.execute("SELECT session_key, entry_json FROM session_nodes WHERE current_session_id = ?",
+                                        (sid,)).fetchone()
+                entry = json.loads(row[1])
+                entry["hookExternalContentSource"] = hook_source
+                self.conn.execute("UPDATE session_nodes SET entry_json = ? WHERE session_key = ?",
+                                  (js_stringify(entry), row[0]))
+
     def forget(self, sid: str, agent_id: str = "main") -> None:
         """What `openclaw memory forget --session` records (2026.9.6, DDL as the real one reported it): a
         tombstone row; the session's transcript rows stay."""

@@ -62,6 +62,12 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_argument("--unit", action="append", type=Path, help="check this unit file instead of the installed one")
     selftest = sub.add_parser("selftest", help="write a marked entry, find it through the running daemon, remove it")
     selftest.add_argument("--timeout", type=float, default=60.0, help="seconds to wait until it is searchable")
+    forget = sub.add_parser("forget", help="erase one session everywhere veritas-watch wrote it (memories, "
+                            "CREDENTIALS_INDEX.md rows, vault entries, gap records), for good")
+    forget.add_argument("--agent", required=True)
+    forget.add_argument("--session", required=True, help="the session id (exact, case-sensitive)")
+    forget.add_argument("--dry-run", action="store_true", help="only count what would go")
+    forget.add_argument("--json", action="store_true")
     service.add_parser(sub)
     return parser
 
@@ -437,6 +443,24 @@ def _list_credentials(config: Config, indexes: dict[str, Path]) -> None:
         print("veritas-watch: no credentials captured", file=sys.stderr)
 
 
+def cmd_forget(config: Config, args: argparse.Namespace) -> int:
+    from veritas_watch.forget import forget_command, render
+
+    daemon, owned = daemon_or_store(config, "forget")
+    try:
+        erased = forget_command(config, args.agent, args.session, dry_run=args.dry_run, daemon=daemon,
+                                open_store=lambda: _open_offline(config)[0])
+    except TimeoutError as exc:
+        raise CliError(str(exc)) from None
+    finally:
+        _release(owned)
+    if args.json:
+        print(json.dumps({"agent": args.agent, "session": args.session, "dry_run": args.dry_run, **erased.to_dict()}))
+    else:
+        print("\n".join(printable(line) for line in render(args.agent, args.session, erased, dry_run=args.dry_run)))
+    return 0
+
+
 def _fallback_config() -> Config:
     """What `doctor` checks when the config file cannot be used: the environment's settings without the file,
     else the built-in defaults (the state dir from $OPENCLAW_STATE_DIR still)."""
@@ -475,7 +499,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command in ("run", "backfill"):
             return cmd_run(config, once=args.command == "backfill")
         handlers = {"search": cmd_search, "status": cmd_status, "export": cmd_export, "doctor": cmd_doctor,
-                    "selftest": cmd_selftest, "creds": cmd_creds, "service": service.cmd_service}
+                    "selftest": cmd_selftest, "creds": cmd_creds, "service": service.cmd_service,
+                    "forget": cmd_forget}
         return handlers[args.command](config, args)
     except KeyboardInterrupt:
         return 130

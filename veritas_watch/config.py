@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, get_type_hints
 from urllib.parse import urlsplit
 
+from veritas_watch.admission import KEYS as POLICY_KEYS
 from veritas_watch.openclaw import resolve_state_dir
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -138,6 +139,13 @@ class CredentialsConfig:
 
 
 @dataclass(frozen=True)
+class MemoryPolicyConfig:
+    # OpenClaw's `memoryPolicy.excludeSessions` written here ([memory_policy.exclude_sessions], its three keys:
+    # hookExternalContentSources, channels, chatTypes); combined with openclaw.json's by OR (admission.py)
+    exclude_sessions: dict[str, list[str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class LogConfig:
     level: str = "info"
     format: str = "auto"  # auto (console on a TTY, JSON otherwise) | json | console
@@ -155,6 +163,7 @@ class Config:
     search: SearchConfig = field(default_factory=SearchConfig)
     gaps: GapsConfig = field(default_factory=GapsConfig)
     credentials: CredentialsConfig = field(default_factory=CredentialsConfig)
+    memory_policy: MemoryPolicyConfig = field(default_factory=MemoryPolicyConfig)
     log: LogConfig = field(default_factory=LogConfig)
     source_file: str = ""  # the TOML file read, if any
 
@@ -221,6 +230,12 @@ def _coerce(key: str, value: object, kind: Any) -> object:
             return dict(value)
         raise ConfigError(f"{key}: expected a table of strings ([{key}] name = \"value\"), "
                           f"got a {type(value).__name__}")
+    if kind == dict[str, list[str]]:
+        if isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, list) and all(isinstance(x, str)
+                                                                                                for x in v)
+                                           for k, v in value.items()):
+            return {k: list(v) for k, v in value.items()}
+        raise ConfigError(f"{key}: expected a table of string lists ([{key}] name = [\"value\"]), got {value!r}")
     raise ConfigError(f"{key}: unsupported setting")
 
 
@@ -231,6 +246,11 @@ def _check(key: str, value: object) -> None:
         raise ConfigError(f"{key}: expected a number greater than 0, got {value!r}")
     if key in _NON_NEGATIVE and isinstance(value, (int, float)) and value < 0:
         raise ConfigError(f"{key}: expected 0 or more, got {value!r}")
+    if key == "memory_policy.exclude_sessions" and isinstance(value, dict):
+        for name in value:
+            if name not in POLICY_KEYS:
+                raise ConfigError(f"{key}.{name}: unknown key (allowed: {', '.join(POLICY_KEYS)}, as OpenClaw names "
+                                  "them)")
     if key == "search.relevance_floor" and isinstance(value, float) and not (value == -1.0 or 0.0 <= value <= 1.0):
         raise ConfigError(f"search.relevance_floor: expected -1 (measured for the embedder), 0 (off) "
                           f"or a cosine up to 1, got {value!r}")

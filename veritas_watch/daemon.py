@@ -29,6 +29,7 @@ from veritas_watch.config import Config, load_config
 from veritas_watch.embedding import Embedder, wait_loaded
 from veritas_watch.features.capture import CredentialCapture, NoCapture
 from veritas_watch.features.gaps.service import GapService, NoGaps
+from veritas_watch.forget import Consent, erase_session
 from veritas_watch.http.app import NoHttp, start_http
 from veritas_watch.metrics import DaemonMetrics
 from veritas_watch.model import RUNTIME_SESSIONS, ConversationEnd, RawRecord, SessionState, SourceRef
@@ -421,6 +422,10 @@ class Running:
     data_dir_gone: bool = False  # removed under the running daemon: it stops (EXIT_DATA_DIR_GONE) to be restarted
     _recent_ends: OrderedDict[tuple[str, str, str | None], None] = field(default_factory=OrderedDict)
     shutdown: Shutdown = field(init=False)  # set when the main loop stops
+    consent: Consent = field(init=False)  # the admission policy and `veritas-watch forget`, read each sweep
+
+    def __post_init__(self) -> None:
+        self.consent = Consent(self.config)
 
     async def main_loop(self) -> bool:
         """Run until a stop signal (or the backfill's end), then stop in order, within `Shutdown`'s bound: the
@@ -613,6 +618,7 @@ class Running:
         busy = False
         loop = asyncio.get_running_loop()
         found = await asyncio.to_thread(transcript_dbs, self.config.state_dir, agents)
+        await self._erase_forgotten(loop)
         for db in self.rt.sqlite.sources_to_poll(found):
             if not check_sqlite(db.path, self.problems, db.agent_id):
                 continue
@@ -622,14 +628,28 @@ class Running:
                 self.problems.report(db.path, "sqlite_failed", f"{type(exc).__name__}: {exc}"[:300], db.agent_id)
         return busy
 
+    async def _erase_forgotten(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Sessions forgotten with `veritas-watch forget` since this process started (all of them at a start):
+        erased everywhere (forget.erase_session) through the sink, before anything more is read."""
+        due = await asyncio.to_thread(self.consent.due)
+        works = [Work([], None, cleanup=erase, done=loop.create_future()) for _, _, erase in due]
+        for work in works:
+            await self.rt.sink.queue.put(work)
+        await asyncio.gather(*(w.done for w in works if w.done), return_exceptions=True)
+
     async def _poll_sqlite_db(self, db: TranscriptDb, loop: asyncio.AbstractEventLoop) -> bool:
         rt = self.rt
         busy = False
+        policy = await asyncio.to_thread(self.consent.policy.current)
         while True:
-            poll = await asyncio.to_thread(rt.sqlite.poll, db, rt.sink.read_budget.bytes)
+            poll = await asyncio.to_thread(rt.sqlite.poll, db, rt.sink.read_budget.bytes, policy=policy,
+                                           forgotten=self.consent.forgotten(db.agent_id))
             if poll is None:
                 break
-            works = [Work([], unit, cleanup=forget, source=rt.sqlite) for unit, forget in rt.sqlite.forgetting(poll)]
+            # a session OpenClaw forgot: its points (the feed's cleanup), then its index rows, vault entries, gaps
+            works = [Work([], unit, cleanup=erase_session(self.config, poll.agent_id, frozenset({unit.session_id}),
+                                                          poll.db_path, then=forget), source=rt.sqlite)
+                     for unit, forget in rt.sqlite.forgetting(poll)]
             if poll.batches:
                 works += await asyncio.to_thread(self._transform_sqlite, poll)
             if not works:
@@ -658,7 +678,9 @@ class Running:
 
     def _transform(self, records: Sequence[RawRecord], state: SessionState, fallback_session: str) -> Transformed:
         emb = self.config.embedding
-        forgotten = self.rt.sqlite.forgotten(records[0].agent_id) if records else frozenset()
+        # a forgotten session gives nothing, from any copy (its JSONL transcript and archives included)
+        agent = records[0].agent_id if records else ""
+        forgotten = self.rt.sqlite.forgotten(agent) | self.consent.forgotten(agent) if records else frozenset()
         out = transform_records(records, state, fallback_session=fallback_session, redact_key=self.rt.redact_key,
                                 max_line_bytes=self.config.watch.max_line_bytes, chunk_chars=emb.chunk_chars,
                                 chunk_overlap=emb.chunk_overlap,

@@ -158,7 +158,9 @@ async def daemon_status(daemon: Running) -> dict[str, Any]:
         "queue": snap.queue,
         # Gap detection's start-up scan runs after the first sweep that reads nothing while the sink is idle.
         "gap_scan_pending": daemon.gaps.startup_scan_pending,
-        "entries": {"stored": stats.stored, "unchanged": stats.unchanged, "invalid_lines": stats.invalid,
+        # stored: points written; rewritten of them: the store had that point already (no new memory).
+        "entries": {"stored": stats.stored, "rewritten": stats.rewritten, "unchanged": stats.unchanged,
+                    "invalid_lines": stats.invalid,
                     "redactions": stats.redactions, "skipped": dict(stats.skipped)},
         "agents": agents,
         "sqlite": [_sqlite_record(key, h) for key, h in rt.sqlite.health.items()],
@@ -170,7 +172,8 @@ async def daemon_status(daemon: Running) -> dict[str, Any]:
 def _sqlite_record(key: str, health: SourceHealth) -> dict[str, Any]:
     source = TranscriptDb.from_key(key)
     return {"db": str(source.path), "agent": source.agent_id, "schema_version": health.schema_version,
-            "sessions": health.sessions, "lag_rows": health.lag_rows, "error": health.error}
+            "sessions": health.sessions, "lag_rows": health.lag_rows, "error": health.error,
+            "exclusions": health.exclusions()}  # sessions kept out of memory, by reason (admission.py)
 
 
 # What one agent's caller sees of the daemon (no paths of the host, nothing of other agents).

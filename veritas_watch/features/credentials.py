@@ -1087,3 +1087,66 @@ def _unit_environment(systemctl: str, unit: str) -> Iterator[tuple[str, str, str
                 content = env_path.read_text(encoding="utf-8", errors="replace")
                 for number, name, value in _parse_env_text(content):
                     yield f"systemd:{unit} EnvironmentFile={env_path}:{number}", name, value
+
+
+# ---------------------------------------------------------------------------------------------
+# Forgetting a session: every row and vault entry given in it (`veritas_watch.forget`)
+
+
+def given_in(location: str) -> str | None:
+    """The session a Location names (its `given_at` session: a SQLite session id or a JSONL stem), or None."""
+    at = given_at(location)
+    return at.split(":", 2)[1] if at is not None else None
+
+
+def forget_index_rows(workspace: Path, sessions: frozenset[str], *, dry_run: bool = False) -> int:
+    """Remove the rows of `<workspace>/CREDENTIALS_INDEX.md` given in `sessions`; the rest of the file stays byte
+    for byte (a human's rows and text included). Returns how many rows went (or would go)."""
+    path = workspace / INDEX_FILE
+    if not path.is_file():
+        return 0
+    inside(workspace, path)  # a symlinked index never leads the rewrite elsewhere
+    with _locked_dir(workspace):
+        text = path.read_text(encoding="utf-8")
+        table = _find_table(text)
+        if table.header_at < 0:
+            return 0
+        body = table.lines[table.header_at + 2 : table.end]
+        keep = [line for line, row in zip(body, _rows_of(table), strict=True)
+                if given_in(row.location) not in sessions]
+        if len(keep) < len(body) and not dry_run:
+            _atomic_write(path, "".join(table.lines[: table.header_at + 2] + keep + table.lines[table.end :]))
+    return len(body) - len(keep)
+
+
+def forget_vault_entries(vault: Path, sessions: frozenset[str], *, dry_run: bool = False) -> int:
+    """Erase the vault entries given in `sessions`: each line becomes `{"n": <n>, "forgotten": true}`, so the
+    other entries keep their numbers (their refs in the index stay right). Returns how many went (or would)."""
+    if not vault.is_file():
+        return 0
+    with _locked_dir(vault.parent):
+        lines = vault.read_bytes().splitlines()
+        erased = 0
+        for number, line in enumerate(lines, 1):
+            try:
+                meta = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(meta, dict) and given_in(str(meta.get("location") or "")) in sessions:
+                lines[number - 1] = json.dumps({"n": number, "forgotten": True}).encode()
+                erased += 1
+        if erased and not dry_run:
+            _atomic_write(vault, b"".join(line + b"\n" for line in lines).decode("utf-8", "surrogateescape"))
+    return erased
+
+
+def forget_pending_rows(data_dir: Path, agent_id: str, sessions: frozenset[str], *, dry_run: bool = False) -> int:
+    """Drop the agent's index rows still waiting (`credentials-index.json`) that were given in `sessions`."""
+    store = IndexStateStore(data_dir)
+    if not store.path.is_file():
+        return 0
+    with store.update() as state:
+        gone = [r for r in state.pending if r.agent_id == agent_id and given_in(r.entry.location) in sessions]
+        if not dry_run:
+            state.pending = [r for r in state.pending if r not in gone]
+    return len(gone)

@@ -32,6 +32,7 @@ import re
 import sqlite3
 import threading
 from collections.abc import Iterator, KeysView, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +41,7 @@ from typing import Literal
 import structlog
 import zstandard
 
+from veritas_watch.admission import AdmissionPolicy, SessionMetadata, exclusion_reason, session_metadata
 from veritas_watch.model import RawRecord, SourceRef
 from veritas_watch.openclaw import normalize_agent_id, session_key_agent
 
@@ -209,6 +211,9 @@ class SqlitePoll:
     # Agents other than this reader's whose sessions the database holds (a shared `session.store`)
     other_agents: frozenset[str] = frozenset()
     key: str = ""  # the cursor store's name for this agent's sessions in it (`openclaw.TranscriptDb.key`)
+    # Sessions the admission policy keeps out (session id -> reason, `admission.exclusion_reason`): not read,
+    # their cursors left where they were, so removing the rule reads them from there
+    excluded: Mapping[str, str] = field(default_factory=dict)
 
 
 def event_entry_id(data: bytes) -> str:
@@ -369,6 +374,8 @@ class _Settled:
     sessions: tuple[SessionInfo, ...]
     forgotten: frozenset[str]
     other_agents: frozenset[str]
+    policy: tuple[AdmissionPolicy, frozenset[str]]  # what the poll was asked to keep out
+    excluded: dict[str, str]
 
 
 @dataclass
@@ -393,6 +400,8 @@ class _Snapshot:
     cold_last_seq: dict[str, int | None] = field(default_factory=dict)  # the last seq each cold archive holds
     forgotten: frozenset[str] = frozenset()
     other_agents: frozenset[str] = frozenset()  # agents whose sessions the database holds besides ours
+    metadata: dict[str, SessionMetadata] = field(default_factory=dict)  # what admission matches on
+    excluded: dict[str, str] = field(default_factory=dict)  # session id -> why the admission policy keeps it out
 
     @property
     def cold(self) -> KeysView[str]:
@@ -488,26 +497,33 @@ class SqliteTranscriptReader:
     # -- polling
 
     def poll(self, cursors: Mapping[str, SessionCursor], max_rows: int = DEFAULT_MAX_ROWS,
-             max_bytes: int = DEFAULT_MAX_BYTES) -> SqlitePoll:
+             max_bytes: int = DEFAULT_MAX_BYTES, *, policy: AdmissionPolicy | None = None,
+             forgotten: AbstractSet[str] = frozenset()) -> SqlitePoll:
         """Read what is new since `cursors` (keyed by session id) in one short read transaction.
 
-        Raises SqliteSourceError (never a raw sqlite3 error) when the database cannot be read.
+        Sessions `policy` excludes (by the metadata OpenClaw recorded) and those in `forgotten` (besides the ones
+        OpenClaw's tombstones name) are not read. Raises SqliteSourceError (never a raw sqlite3 error) when the
+        database cannot be read.
         """
         if max_rows < 1 or max_bytes < 1:
             raise ValueError("max_rows and max_bytes must be positive")
+        asked = (policy or AdmissionPolicy(), frozenset(forgotten))
         with self._reading():
-            return self._poll(dict(cursors), _Budget(max_rows, max_bytes))
+            return self._poll(dict(cursors), _Budget(max_rows, max_bytes), asked)
 
-    def _poll(self, cursors: dict[str, SessionCursor], budget: _Budget) -> SqlitePoll:
+    def _poll(self, cursors: dict[str, SessionCursor], budget: _Budget,
+              asked: tuple[AdmissionPolicy, frozenset[str]]) -> SqlitePoll:
         conn = self._connection()
         data_version = int(conn.execute("PRAGMA data_version").fetchall()[0][0])
         settled = self._settled
-        if settled is not None and settled.data_version == data_version and settled.cursors == cursors:
+        if (settled is not None and settled.data_version == data_version and settled.cursors == cursors
+                and settled.policy == asked):
             return SqlitePoll(str(self.path), self.agent_id, settled.schema, settled.sessions, (), False, True,
-                              settled.forgotten, settled.other_agents, self.key)
+                              settled.forgotten, settled.other_agents, self.key, settled.excluded)
         conn.execute("BEGIN")  # one snapshot for every statement below
         try:
             snap = self._snapshot(conn)
+            self._admit(snap, *asked)
             batches, more = self._read_sessions(conn, snap, cursors, budget)
         finally:
             if conn.in_transaction:
@@ -523,9 +539,19 @@ class SqliteTranscriptReader:
                 else:
                     committed[batch.session_id] = batch.cursor
             self._settled = _Settled(data_version, committed, snap.schema, sessions, snap.forgotten,
-                                     snap.other_agents)
+                                     snap.other_agents, asked, snap.excluded)
         return SqlitePoll(str(self.path), self.agent_id, snap.schema, sessions, tuple(batches), more,
-                          forgotten=snap.forgotten, other_agents=snap.other_agents, key=self.key)
+                          forgotten=snap.forgotten, other_agents=snap.other_agents, key=self.key,
+                          excluded=snap.excluded)
+
+    @staticmethod
+    def _admit(snap: _Snapshot, policy: AdmissionPolicy, forgotten: frozenset[str]) -> None:
+        """What the person keeps out: the sessions forgotten here too, and those the policy excludes (a
+        forgotten one counts as forgotten only, as OpenClaw checks the tombstones first)."""
+        snap.forgotten |= forgotten & (snap.windows.keys() | snap.stats.keys() | snap.cold)
+        if policy:
+            snap.excluded = {sid: reason for sid, meta in snap.metadata.items()
+                             if sid not in snap.forgotten and (reason := exclusion_reason(meta, policy))}
 
     def _snapshot(self, conn: sqlite3.Connection) -> _Snapshot:
         cookie = int(conn.execute("PRAGMA schema_version").fetchall()[0][0])
@@ -587,6 +613,7 @@ class SqliteTranscriptReader:
         snap.stats = {sid: v for sid, v in snap.stats.items() if sid not in theirs}
         snap.generations = {sid: v for sid, v in snap.generations.items() if sid not in theirs}
         snap.cold_last_seq = {sid: v for sid, v in snap.cold_last_seq.items() if sid not in theirs}
+        snap.metadata = {sid: v for sid, v in snap.metadata.items() if sid not in theirs}
         snap.forgotten = snap.forgotten - theirs
 
     def _schema_info(self, conn: sqlite3.Connection, shape: _Shape) -> SchemaInfo:
@@ -614,16 +641,27 @@ class SqliteTranscriptReader:
                 else ("sessions", "session_entries", "session_id")
             )
             joined = {"session_key", current} <= n
+            # the exact hook source: the key's current entry's, while that entry is this session
+            entry_hook = ("CASE WHEN json_valid(n.entry_json) AND json_extract(n.entry_json, '$.sessionId')"
+                          " = w.session_id THEN json_extract(n.entry_json, '$.hookExternalContentSource') END"
+                          if joined and "entry_json" in n else "NULL")
             sql = (
                 "SELECT w.session_id, w.session_key, " + _col(w, "previous_session_id", "w.") + ", "
                 + _col(w, "started_at", "w.") + ", " + _col(w, "created_at", "w.") + ", "
                 + _col(w, "ended_at", "w.") + ", " + _col(w, "reason", "w.") + ", "
-                + (f"n.{current}" if joined else "NULL") + f" FROM {table} w"
+                + (f"n.{current}" if joined else "NULL") + ", "
+                + ", ".join(_col(w, c, "w.") for c in ("channel", "chat_type", "hook_external_content_source",
+                                                        "session_entry_provenance"))
+                + ", " + entry_hook + f" FROM {table} w"
                 + (f" LEFT JOIN {node_table} n ON n.session_key = w.session_key" if joined else "")
             )
-            for sid_b, key, prev, started, created, ended_at, reason, current_sid in conn.execute(sql).fetchall():
+            for (sid_b, key, prev, started, created, ended_at, reason, current_sid, channel, chat_type, hook,
+                 provenance, entry_hook_source) in conn.execute(sql).fetchall():
                 sid = _text(sid_b) or ""
                 cur = _text(current_sid)
+                snap.metadata[sid] = session_metadata(
+                    channel=_text(channel), chat_type=_text(chat_type), hook_column=_text(hook),
+                    provenance=_int(provenance), entry_hook_source=_text(entry_hook_source))
                 last_seq, last_created = snap.stats.get(sid, (None, None))
                 found[sid] = SessionInfo(
                     session_id=sid,
@@ -645,8 +683,9 @@ class SqliteTranscriptReader:
 
     def _read_sessions(self, conn: sqlite3.Connection, snap: _Snapshot, cursors: dict[str, SessionCursor],
                        budget: _Budget) -> tuple[list[SessionBatch], bool]:
-        # A forgotten session is read no more, whatever it still holds (its rows stay in OpenClaw's store).
-        order = sorted((set(cursors) | set(snap.stats) | snap.cold) - snap.forgotten)
+        # A forgotten session is read no more, whatever it still holds (its rows stay in OpenClaw's store); an
+        # excluded one is not read while the policy excludes it (its cursor stays where it was).
+        order = sorted((set(cursors) | set(snap.stats) | snap.cold) - snap.forgotten - snap.excluded.keys())
         if self._resume_after is not None:
             split = next((i for i, sid in enumerate(order) if sid > self._resume_after), 0)
             order = order[split:] + order[:split]

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import structlog
 
+from veritas_watch.admission import FORGOTTEN, AdmissionPolicy, reason_counts
 from veritas_watch.model import ConversationEnd, SessionState
 from veritas_watch.openclaw import AgentDirs, TranscriptDb
 from veritas_watch.sinks.store import Store
@@ -69,6 +70,11 @@ class SourceHealth:
     infos: dict[str, dict[str, object]] = field(default_factory=dict)
     forgotten: frozenset[str] = frozenset()  # never read again: no lag
     other_agents: frozenset[str] = frozenset()  # whose sessions the database holds besides this agent's
+    excluded: Mapping[str, str] = field(default_factory=dict)  # kept out by the admission policy: no lag
+
+    def exclusions(self) -> dict[str, int]:
+        """Sessions kept out of memory, counted by reason (`forgotten` included)."""
+        return reason_counts([*self.excluded.values(), *(FORGOTTEN for _ in self.forgotten)])
 
 
 class SqliteFeed:
@@ -83,10 +89,13 @@ class SqliteFeed:
         self._forgotten_done: dict[str, set[str]] = {}  # key -> forgotten sessions removed by this process
         # Agents found in another agent's database (a shared `session.store`): polled like the others.
         self._shared: dict[str, TranscriptDb] = {}
+        self._excluded_told: set[tuple[str, str, str]] = set()  # (db, session, reason) logged by this process
 
-    def poll(self, source: TranscriptDb, max_bytes: int = DEFAULT_MAX_BYTES) -> SqlitePoll | None:
-        """One poll of one agent's sessions in one database, up to `max_bytes` of events (worker thread).
-        Errors are logged once and retried with backoff."""
+    def poll(self, source: TranscriptDb, max_bytes: int = DEFAULT_MAX_BYTES, *, policy: AdmissionPolicy | None = None,
+             forgotten: AbstractSet[str] = frozenset()) -> SqlitePoll | None:
+        """One poll of one agent's sessions in one database, up to `max_bytes` of events (worker thread),
+        leaving out what `policy` excludes and the agent's sessions forgotten with `veritas-watch forget`
+        (`forgotten`). Errors are logged once and retried with backoff."""
         db, agent_id, path = source.key, source.agent_id, source.path
         health = self.health.setdefault(db, SourceHealth())
         if time.monotonic() < health.next_try:
@@ -101,7 +110,7 @@ class SqliteFeed:
         cursors = {sid: state.position for sid, state in self.states[db].items()
                    if not state.vanished and state.position is not None}
         try:
-            result = reader.poll(cursors, max_bytes=max_bytes)
+            result = reader.poll(cursors, max_bytes=max_bytes, policy=policy, forgotten=forgotten)
         except SqliteSourceError as exc:
             if health.error != exc.reason:
                 # A database never read yet and without tables is OpenClaw creating it: worth a note, not a warning.
@@ -119,6 +128,11 @@ class SqliteFeed:
         health.schema_version = result.schema.schema_version
         health.forgotten = result.forgotten
         health.other_agents = result.other_agents
+        health.excluded = result.excluded
+        for sid, reason in sorted(result.excluded.items()):
+            if (db, sid, reason) not in self._excluded_told:  # once per session and reason, not every sweep
+                self._excluded_told.add((db, sid, reason))
+                log.info("session_excluded", agent=agent_id, session=sid, reason=reason, db=str(path))
         if not result.unchanged:
             health.sessions = len(result.sessions)
             health.infos = {s.session_id: {"ended": s.ended, "last_seq": s.last_seq} for s in result.sessions}
@@ -139,7 +153,7 @@ class SqliteFeed:
         health = self.health[db]
         for sid, info in health.infos.items():
             last_seq = info["last_seq"]
-            if sid in health.forgotten:
+            if sid in health.forgotten or sid in health.excluded:
                 continue
             if isinstance(last_seq, int):
                 state = self.states.get(db, {}).get(sid)

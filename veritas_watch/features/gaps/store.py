@@ -175,3 +175,14 @@ class GapStore:
             " WHERE agent_id=? AND session_id=? AND ended_at=? AND closed_at IS NULL",
             (format_instant(closed_at), *self._key_params(key)),
         )
+
+    def forget_sessions(self, agent_id: str, session_ids: frozenset[str], *, dry_run: bool = False) -> int:
+        """Remove every gap record of these sessions (a person had them forgotten); returns how many went (or
+        would). A hook still running for one finds its gap gone and stops (`GapDetector._hook_task`)."""
+        if not session_ids:
+            return 0
+        marks = ",".join("?" * len(session_ids))
+        verb = "SELECT count(*) FROM" if dry_run else "DELETE FROM"
+        cursor = self._db.execute(f"{verb} gaps WHERE agent_id=? AND session_id IN ({marks})",
+                                  (agent_id, *sorted(session_ids)))
+        return int(cursor.fetchone()[0]) if dry_run else cursor.rowcount

@@ -1,0 +1,242 @@
+"""Forgetting a session everywhere veritas-watch wrote it: its memories (store points), its rows in the agent's
+CREDENTIALS_INDEX.md and in the rows still waiting for a workspace, its vault entries, its gap records.
+
+Two ways in: a session OpenClaw forgot (`openclaw memory forget --session`: a tombstone the SQLite reader reads,
+`sources/sqlite_feed.SqliteFeed.forgetting`) and `veritas-watch forget --agent A --session S`. The second is
+recorded in `<data_dir>/forgotten.sqlite3` before anything is erased: the daemon reads it at every sweep and
+treats those sessions as OpenClaw's forgotten ones (never read again, from any copy; their points removed),
+so neither a running daemon, a crash half-way nor a restart brings any of it back.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+import urllib.parse
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+import structlog
+
+from veritas_watch.admission import AdmissionPolicy, PolicyReader
+from veritas_watch.config import Config
+from veritas_watch.features.credentials import forget_index_rows, forget_pending_rows, forget_vault_entries
+from veritas_watch.features.gaps.store import GapStore
+from veritas_watch.openclaw import InvalidAgentId, agent_workspace
+from veritas_watch.sinks.store import Store
+
+log = structlog.get_logger()
+
+REQUESTS_FILE = "forgotten.sqlite3"
+
+
+class ForgetRequests:
+    """`<data_dir>/forgotten.sqlite3`: the sessions a person had veritas-watch forget. Read cheaply every sweep
+    (`PRAGMA data_version` says whether another process added one)."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.path = data_dir / REQUESTS_FILE
+        self._db: sqlite3.Connection | None = None
+        self._version: int | None = None
+        self._sessions: dict[str, frozenset[str]] = {}
+
+    def _conn(self, create: bool) -> sqlite3.Connection | None:
+        if self._db is None:
+            if not create and not self.path.exists():
+                return None
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self._db = sqlite3.connect(self.path, isolation_level=None, timeout=5.0, check_same_thread=False)
+            self.path.chmod(0o600)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.execute("CREATE TABLE IF NOT EXISTS forgotten (agent_id TEXT NOT NULL, session_id TEXT NOT NULL,"
+                             " requested_at TEXT NOT NULL, PRIMARY KEY (agent_id, session_id))")
+        return self._db
+
+    def add(self, agent_id: str, session_ids: Iterable[str]) -> None:
+        conn = self._conn(create=True)
+        assert conn is not None
+        now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+        conn.executemany("INSERT OR IGNORE INTO forgotten VALUES (?, ?, ?)",
+                         [(agent_id, sid, now) for sid in session_ids])
+
+    def sessions(self) -> Mapping[str, frozenset[str]]:
+        """agent -> the sessions forgotten in it (read again only when the file changed)."""
+        conn = self._conn(create=False)
+        if conn is None:
+            return {}
+        version = int(conn.execute("PRAGMA data_version").fetchone()[0])
+        if version != self._version:
+            self._version = version
+            found: dict[str, set[str]] = {}
+            for agent, sid in conn.execute("SELECT agent_id, session_id FROM forgotten").fetchall():
+                found.setdefault(str(agent), set()).add(str(sid))
+            self._sessions = {agent: frozenset(sids) for agent, sids in found.items()}
+        return self._sessions
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+
+@dataclass(frozen=True, slots=True)
+class Erased:
+    """What forgetting removed (or, in a dry run, would remove). `memories` None: not counted."""
+
+    memories: int | None = 0
+    index_rows: int = 0
+    vault_entries: int = 0
+    gap_records: int = 0
+    pending_rows: int = 0
+
+    def to_dict(self) -> dict[str, int | None]:
+        return asdict(self)
+
+
+def erase_records(config: Config, agent_id: str, sessions: frozenset[str], *, dry_run: bool = False) -> Erased:
+    """Everything but the store: the agent's index rows (and rows waiting for its workspace), the vault entries
+    and the gap records of `sessions` (session ids; a SQLite session's id and the id its points carry)."""
+    try:
+        workspace: Path | None = agent_workspace(config.state_dir, agent_id)
+    except InvalidAgentId:
+        workspace = None
+    index = forget_index_rows(workspace, sessions, dry_run=dry_run) if workspace is not None else 0
+    vault = Path(config.credentials.vault_path or config.data_dir / "credentials.vault")
+    vaulted = forget_vault_entries(vault, sessions, dry_run=dry_run)
+    pending = forget_pending_rows(config.data_dir, agent_id, sessions, dry_run=dry_run)
+    gaps = 0
+    if (config.data_dir / GapStore.FILE_NAME).exists():
+        with GapStore(config.data_dir) as store:
+            gaps = store.forget_sessions(agent_id, sessions, dry_run=dry_run)
+    return Erased(None, index, vaulted, gaps, pending)
+
+
+def session_points(store: Store, agent_id: str, sessions: Iterable[str]) -> list[str]:
+    """The ids of every point of `sessions` (turns and chunks, wherever they were read from)."""
+    return [pid for sid in dict.fromkeys(sessions) for pid, _, _ in store.scroll(agent_id, session_id=sid)]
+
+
+def erase_session(config: Config, agent_id: str, sessions: frozenset[str], db: str = "",
+                  then: Callable[[Store], None] | None = None) -> Callable[[Store], None]:
+    """A store-thread cleanup (`pipeline.Work.cleanup`) that forgets `sessions` of `agent_id` everywhere: `then`
+    (the feed's own point removal, which logs) or the points' removal, then the records outside the store.
+    Logged once when anything was there (a restart looks again and finds nothing)."""
+
+    def cleanup(store: Store) -> None:
+        points = 0
+        if then is not None:
+            then(store)
+        elif ids := session_points(store, agent_id, sessions):
+            store.delete(ids)
+            points = len(ids)
+        erased = erase_records(config, agent_id, sessions)
+        if points or erased.index_rows or erased.vault_entries or erased.gap_records or erased.pending_rows:
+            log.info("session_erased", agent=agent_id, sessions=sorted(sessions), db=db or None, points=points,
+                     index_rows=erased.index_rows, vault_entries=erased.vault_entries,
+                     gap_records=erased.gap_records, pending_rows=erased.pending_rows)
+
+    return cleanup
+
+
+class Consent:
+    """What the person said may not become memory, as the daemon reads it at each sweep: the admission policy
+    (openclaw.json's memory-core `memoryPolicy.excludeSessions` OR `[memory_policy.exclude_sessions]`) and the
+    sessions forgotten with `veritas-watch forget`."""
+
+    def __init__(self, config: Config) -> None:
+        self._config = config
+        self.policy = PolicyReader(config.state_dir, AdmissionPolicy.from_lists(config.memory_policy.exclude_sessions))
+        self.requests = ForgetRequests(config.data_dir)
+        self._erased: set[tuple[str, str]] = set()  # (agent, session) this process has erased
+
+    def forgotten(self, agent_id: str) -> frozenset[str]:
+        return self.requests.sessions().get(agent_id, frozenset())
+
+    def due(self) -> list[tuple[str, frozenset[str], Callable[[Store], None]]]:
+        """The requests this process has not carried out yet (all of them after a restart: a cheap look that finds
+        nothing), each as (agent, sessions, the store-thread cleanup that erases them)."""
+        found = []
+        for agent, sessions in sorted(self.requests.sessions().items()):
+            new = frozenset(s for s in sessions if (agent, s) not in self._erased)
+            if new:
+                self._erased.update((agent, s) for s in new)
+                found.append((agent, new, erase_session(self._config, agent, new)))
+        return found
+
+    def close(self) -> None:
+        self.requests.close()
+
+
+# -- `veritas-watch forget`
+
+
+class Daemon(Protocol):
+    def open(self, path: str, body: dict[str, Any] | None = None, timeout: float = 60.0) -> Any: ...
+
+
+def _daemon_points(daemon: Daemon, agent_id: str, sessions: frozenset[str]) -> int:
+    """How many points of `sessions` the running daemon holds (its /export of the agent, counted here)."""
+    count = 0
+    with daemon.open("/export?agent=" + urllib.parse.quote(agent_id)) as response:
+        for raw in response:
+            if raw.strip() and json.loads(raw).get("payload", {}).get("session_id") in sessions:
+                count += 1
+    return count
+
+
+def forget_command(config: Config, agent_id: str, session_id: str, *, dry_run: bool, daemon: Daemon | None,
+                   open_store: Callable[[], Store], wait_s: float = 120.0) -> Erased:
+    """`veritas-watch forget`: record the request (durable first), erase the records outside the store, then the
+    memories: directly when no daemon runs (this process owns the store), else the daemon removes them at its
+    next sweep and this waits until its /export no longer has them (up to `wait_s`; they go in any case)."""
+    sessions = frozenset({session_id})
+    if dry_run:
+        records = erase_records(config, agent_id, sessions, dry_run=True)
+        if daemon is not None:
+            memories = _daemon_points(daemon, agent_id, sessions)
+        else:
+            store = open_store()
+            try:
+                memories = len(session_points(store, agent_id, sessions))
+            finally:
+                store.close()
+        return Erased(memories, records.index_rows, records.vault_entries, records.gap_records, records.pending_rows)
+    requests = ForgetRequests(config.data_dir)
+    try:
+        requests.add(agent_id, sessions)
+    finally:
+        requests.close()
+    if daemon is not None:
+        before = _daemon_points(daemon, agent_id, sessions)
+        records = erase_records(config, agent_id, sessions)
+        deadline = time.monotonic() + wait_s
+        left = before
+        while left and time.monotonic() < deadline:
+            time.sleep(0.5)
+            left = _daemon_points(daemon, agent_id, sessions)
+        if left:
+            raise TimeoutError(f"the daemon has not removed {left} memories of {session_id} yet; it will (the request "
+                               "is recorded): run `veritas-watch forget --dry-run` again to see")
+        return Erased(before, records.index_rows, records.vault_entries, records.gap_records, records.pending_rows)
+    store = open_store()
+    try:
+        ids = session_points(store, agent_id, sessions)
+        if ids:
+            store.delete(ids)
+            store.flush()
+    finally:
+        store.close()
+    records = erase_records(config, agent_id, sessions)
+    return Erased(len(ids), records.index_rows, records.vault_entries, records.gap_records, records.pending_rows)
+
+
+def render(agent_id: str, session_id: str, erased: Erased, *, dry_run: bool) -> list[str]:
+    verb = "would remove" if dry_run else "removed"
+    return [f"{agent_id} session {session_id}: {verb} {erased.memories} memories, {erased.index_rows} "
+            f"CREDENTIALS_INDEX.md rows ({erased.pending_rows} waiting), {erased.vault_entries} vault entries, "
+            f"{erased.gap_records} gap records"]
