@@ -20,6 +20,7 @@ from typing import Any
 
 import pyrage
 import pytest
+from structlog.testing import capture_logs
 
 from tests.openclaw_harness import install_or_skip
 from veritas_watch.config import Config, CredentialsConfig, PathsConfig
@@ -781,3 +782,23 @@ def test_live_openclaw_agrees() -> None:
             continue
         result = redact(text, KEY)
         assert "…" not in result.text and "***" not in result.text, (raw, text, result.text)
+
+
+def test_a_name_holding_part_of_the_value_behind_a_mask_is_not_written(tmp_path: Path) -> None:
+    """Issue 37: the labels are checked again once the value behind a mask is known (a name that shares 8
+    characters with it names the row by its rule instead), in the index, the vault's metadata and the log."""
+    identity = pyrage.x25519.Identity.generate()
+    config = make_config(tmp_path, vault=str(identity.to_public()))
+    value = "Bluewhale-password-1984"
+    capture = CredentialCapture(config, task_runs=ScriptedTaskRuns(Recovery("found", value, "t1")))
+    workspace = capture.workspace("ops")
+    workspace.mkdir(parents=True)
+    found = found_in("BLUEWHALE_PASSWORD=***")
+    assert [f.finding.key_name for f in found] == ["BLUEWHALE_PASSWORD"]  # fine until the value is known
+    with capture_logs() as logs:
+        capture.capture(found)
+    (row,) = read_index(workspace / INDEX_FILE)
+    assert "bluewhale" not in row.key_name.lower() and row.key_name == found[0].finding.rule
+    vault_meta = [{k: v for k, v in json.loads(line).items() if k != "age"}
+                  for line in (tmp_path / "data" / "credentials.vault").read_text().splitlines()]
+    assert "bluewhale" not in json.dumps([vault_meta, logs], default=str).lower()

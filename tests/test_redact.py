@@ -656,3 +656,44 @@ def test_a_stripe_webhook_secret_ends_where_base64_does() -> None:
     text = "whsec_2yW4Acq9GFz6Y1t9EwL56nGisiWgNZq6=ok=Authorization: Authorization: "
     key = "whsec_2yW4Acq9GFz6Y1t9EwL56nGisiWgNZq6"
     assert [(m.rule, m.value) for m in detect(text)] == [("stripe_webhook_secret", key)]
+
+
+# Issue 37, finding 3: the shapes people paste keys and passwords in that were missed. A key as the basic-auth user
+# (how Stripe, Mailgun, Recurly and Freshdesk document theirs), a password after a CJK, Japanese or Korean cue with
+# no punctuation, a key as a URL's user part, an API key as a `key=` query parameter.
+_KEY = "9f8e7d6c5b4a3928" + "1706f5e4d3c2b1a0"
+_MAILGUN = "key-3ax6xnjp29jd6fds" + "4gc373sgvjxteol0"
+PASTED_SHAPES = [
+    (f"curl -u {_KEY}: https://api.example.com/v1/charges", _KEY),
+    (f"curl https://api.mailgun.net/v3/domains -u {_MAILGUN}:", _MAILGUN),
+    (f"curl --user {_KEY}: https://api.example.com/v1/items", _KEY),
+    (f"curl -X POST --user={_KEY}: https://api.example.com/v1/send", _KEY),
+    (f"curl -u {_KEY}:X https://acme.freshdesk.com/api/v2/tickets", _KEY),
+    (f"curl -u {_KEY}:Pw9xQ2mLk7vBn4 https://api.example.com/v1/things", f"{_KEY}:Pw9xQ2mLk7vBn4"),
+    (f"cache at redis://{_KEY}:Pw9xQ2mLk7vBn4@cache.example.com:6379/0", f"{_KEY}:Pw9xQ2mLk7vBn4"),
+    (f"GET https://maps.example.com/api/geocode/json?address=Paris&key={_KEY}", _KEY),
+    ("账号 admin 密码 Sapphire-Kettle-4417!", "Sapphire-Kettle-4417!"),
+    ("wifi 密码 Hunter2Mango77", "Hunter2Mango77"),
+    ("アカウント admin パスワード Quartz88Meadow!x", "Quartz88Meadow!x"),
+    ("비밀번호 Tr0ub4dor&3x", "Tr0ub4dor&3x"),
+    ("와이파이 비밀번호는 Hunter2Mango77 입니다", "Hunter2Mango77"),
+]
+
+
+@pytest.mark.parametrize(("text", "secret"), PASTED_SHAPES)
+def test_the_shapes_people_paste_are_hidden_whole(text: str, secret: str) -> None:
+    start = text.index(secret)
+    assert covering(detect(text), start, start + len(secret)), (text, detect(text))
+    assert secret not in redact.redact(text, KEY).text
+
+
+@pytest.mark.parametrize("text", [
+    "curl -u AKIAIOSFODNN7EXAMPLE: https://example.com",  # documented example keys stay visible
+    "curl -u admin: https://localhost:8080/api",  # a user with an empty password is no key
+    "curl -u \"$API_KEY:\" https://api.example.com/v1",
+    "https://cdn.example.com/list?sort=asc&key=createdAt",
+    "비밀번호를 변경했습니다",
+    "암호화 설정 완료",
+])
+def test_the_same_shapes_without_a_secret_are_left_alone(text: str) -> None:
+    assert detect(text) == [], [(m.rule, m.value) for m in detect(text)]

@@ -43,7 +43,7 @@ from veritas_watch.features.credentials import (
 )
 from veritas_watch.openclaw import InvalidAgentId, agent_workspace
 from veritas_watch.pipeline import Found
-from veritas_watch.transforms.redact import fingerprint
+from veritas_watch.transforms.redact import fingerprint, safe_labels
 
 log = structlog.get_logger()
 
@@ -132,7 +132,7 @@ class CredentialCapture:
         if added:
             self.captured[item.agent_id] += added
             log.info("credential_indexed", agent=item.agent_id, session=item.session_id, rule=f.rule,
-                     service=f.service, fingerprint=f.fingerprint, location=entry.location,
+                     service=entry.finding.service, fingerprint=f.fingerprint, location=entry.location,
                      masked=f.masked or None, vault=entry.vault_ref is not None)
 
     # -- masks: the value from OpenClaw's task_runs, into the vault
@@ -146,6 +146,11 @@ class CredentialCapture:
         f = entry.finding
         recovery = self._task_runs.recover(MaskProbe(agent_id, f.rule, f.key_name, mask, entry.seen_at))
         if recovery.status == "found" and recovery.value is not None:
+            # the names came from the masked text: checked again against the value now known (labels.safe_labels)
+            service, key_name = safe_labels(f.service, f.key_name, [recovery.value], rule_key_name=f.rule)
+            if (service, key_name) != (f.service, f.key_name):
+                f = dataclasses.replace(f, service=service, key_name=key_name)
+                entry = dataclasses.replace(entry, finding=f)
             key = self._fingerprint_key()
             value_fp = fingerprint(recovery.value, key) if key is not None else None
             if value_fp is None and f.masked == "opaque":

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from veritas_watch.transforms.redact.base import Rule, SecretMatch, fingerprint, is_documented_example, shannon_entropy
 from veritas_watch.transforms.redact.engine import detect, redact, redact_with_matches
+from veritas_watch.transforms.redact.labels import UNKNOWN_SERVICE, leaks, safe_labels
 from veritas_watch.transforms.redact.masks import (
     _MAX_MASK_ATOMS,  # noqa: F401 - tests bound hostile inputs by it
     MASK_ELLIPSIS,
@@ -41,6 +42,7 @@ __all__ = [
     "MASK_ELLIPSIS",
     "OPAQUE_MASK",
     "RULES",
+    "UNKNOWN_SERVICE",
     "Rule",
     "SecretMatch",
     "detect",
@@ -49,11 +51,13 @@ __all__ = [
     "is_masked_rule",
     "is_opaque_mask",
     "is_secret_name",
+    "leaks",
     "masked_fingerprint",
     "openclaw_mask",
     "recover_unmasked",
     "redact",
     "redact_with_matches",
+    "safe_labels",
     "service_from_name",
     "shannon_entropy",
     "split_mask",
