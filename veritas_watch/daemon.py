@@ -199,7 +199,9 @@ class Daemon:
             if running is None:  # stopped while waiting for the data dir or the store
                 return self._backfill_exit(False, 0)
             drained = await running.main_loop()
-        log.info("daemon_stopped", drained=drained, stored=running.rt.sink.stats.stored)
+        stats = running.rt.sink.stats  # stored = new memories + rewritten (a point the store had, another payload)
+        log.info("daemon_stopped", drained=drained, stored=stats.stored, new=stats.stored - stats.rewritten,
+                 rewritten=stats.rewritten)
         code = EXIT_DATA_DIR_GONE if running.data_dir_gone else self._backfill_exit(running.backfill_done,
                                                                                     running.rt.sink.stats.stored)
         running.shutdown.complete(code)
@@ -786,9 +788,12 @@ class Running:
             width = 30
             filled = int(width * share)
             rate = snap.stored / max(time.monotonic() - started, 1e-3)
+            rewritten = self.rt.sink.stats.rewritten  # the store had them already: `status` counts them once
+            stored = f"{snap.stored} entries stored" + (
+                f" ({snap.stored - rewritten} new, {rewritten} rewritten)" if rewritten else "")
             sys.stderr.write(f"\r\033[Kbackfill [{'#' * filled}{'.' * (width - filled)}] {100 * share:5.1f}% "
                              f"{snap.files} files{f', {rows} SQLite rows to read' if rows else ''}, "
-                             f"{snap.stored} entries stored ({rate:.1f}/s)")
+                             f"{stored} ({rate:.1f}/s)")
             sys.stderr.flush()
 
         logsetup.set_live_line(sys.stderr)

@@ -356,6 +356,8 @@ def embedded_chars(chunks: Sequence[Chunk]) -> int:
 class PipelineStats:
     stored: int = 0
     unchanged: int = 0  # replays the store already had: no embed, no write
+    rewritten: int = 0  # of `stored`, points the store had with another payload (the same entry read from two
+    #                     transcripts, a `.reset` archive and its live file; an edited entry): no new memory
     skipped: Counter[str] = field(default_factory=Counter)
     invalid: int = 0
     redactions: int = 0
@@ -529,7 +531,7 @@ class Sink:
         if not chunks:
             return
         started = time.perf_counter()
-        fresh = await self.in_store_thread(lambda: self._not_yet_stored(chunks))
+        fresh, rewritten = await self.in_store_thread(lambda: self._not_yet_stored(chunks))
         self.stats.unchanged += len(chunks) - len(fresh)
         for part, part_chars in self._parts(fresh):
             part_started = time.perf_counter()
@@ -545,6 +547,7 @@ class Sink:
                           entry=chunk.entry.entry_id, chunk=chunk.index, source=chunk.entry.source.render())
         elapsed = time.perf_counter() - started
         self.stats.stored += len(fresh)
+        self.stats.rewritten += rewritten
         self.stats.batches += 1
         self.stats.last_batch_at = time.time()
         self.stats.last_store_seconds = elapsed
@@ -669,13 +672,15 @@ class Sink:
         self._drop_model_pages()
         return self.store.optimize()
 
-    def _not_yet_stored(self, chunks: list[Chunk]) -> list[Chunk]:
-        """Drop chunks the store already holds with identical payload: a replay costs no embedding."""
+    def _not_yet_stored(self, chunks: list[Chunk]) -> tuple[list[Chunk], int]:
+        """Drop chunks the store already holds with identical payload: a replay costs no embedding. With how
+        many of the rest replace a point the store has (a rewrite, not a new memory)."""
         unique: dict[str, Chunk] = {}
         for chunk in chunks:
             unique[chunk.point_id] = chunk  # the same entry twice in one batch (identical archives)
         existing = {hit.id: hit.payload for hit in self.store.retrieve(list(unique))}
-        return [c for pid, c in unique.items() if existing.get(pid) != c.payload()]
+        fresh = [c for pid, c in unique.items() if existing.get(pid) != c.payload()]
+        return fresh, sum(1 for c in fresh if c.point_id in existing)
 
     def to_points(self, chunks: Sequence[Chunk]) -> list[StoredPoint]:
         return make_points(self.embedder, [(c.point_id, c.text, c.context, c.payload()) for c in chunks])
