@@ -25,6 +25,23 @@ def test_zero_config_paths(tmp_path: Path) -> None:
     assert load_config(None, {**env, "OPENCLAW_STATE_DIR": "/srv/oc"}).state_dir == Path("/srv/oc")
 
 
+def test_tcp_only_when_configured(tmp_path: Path) -> None:
+    """The API is the data dir's Unix socket; TCP only with http.port (0: any free port) or http.host."""
+    http = load_config(None, {"HOME": str(tmp_path)}).http
+    assert (http.tcp, http.port, http.host) == (False, None, "")
+    assert load_config(None, {"VERITAS_WATCH_HTTP_PORT": ""}).http.tcp is False
+    for env, where in (({"VERITAS_WATCH_HTTP_PORT": "0"}, ("127.0.0.1", 0)),
+                       ({"VERITAS_WATCH_HTTP_PORT": "17800"}, ("127.0.0.1", 17800))):
+        http = load_config(None, env).http
+        assert http.tcp and (http.bind_host, http.bind_port) == where
+    config = tmp_path / "c.toml"
+    config.write_text('[http]\nhost = "::1"\n')
+    http = load_config(config, {}).http
+    assert http.tcp and (http.bind_host, http.bind_port) == ("::1", 17761)
+    config.write_text('[http]\nenabled = false\nport = 17800\n')
+    assert load_config(config, {}).http.tcp is False
+
+
 def test_state_dir_resolution_follows_openclaw(tmp_path: Path) -> None:
     assert resolve_state_dir({"OPENCLAW_STATE_DIR": "/a"}) == Path("/a")
     assert resolve_state_dir({"CLAWDBOT_STATE_DIR": "/b"}) == Path("/b")
@@ -101,7 +118,9 @@ def test_example_config_is_valid_and_complete() -> None:
             continue
         assert f"[{section.name}]" in text
         for key in dataclasses.fields(getattr(config, section.name)):
-            assert f"\n{key.name} = " in text, f"{section.name}.{key.name} undocumented"
+            # a key whose default is "unset" (TOML has no null) is shown commented out
+            shown = f"\n{key.name} = " in text or (key.default is None and f"\n# {key.name} = " in text)
+            assert shown, f"{section.name}.{key.name} undocumented"
 
 
 def test_choices_are_names_in_any_case_and_a_server_url_is_kept(tmp_path: Path) -> None:

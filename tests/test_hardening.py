@@ -67,11 +67,21 @@ def raw_request(daemon: DaemonProcess, method: str, path: str, body: bytes | Non
         conn.close()
 
 
-def call(daemon: DaemonProcess, method: str, path: str, body: Any = None, token: str | None = None,
+LOCAL = "<the daemon's local token>"  # what the CLI and the plugin send on TCP (read from the data dir)
+
+
+def local_auth(daemon: DaemonProcess) -> dict[str, str]:
+    return {"Authorization": f"Bearer {(daemon.data_dir / 'http.token').read_text().strip()}"}
+
+
+def call(daemon: DaemonProcess, method: str, path: str, body: Any = None, token: str | None = LOCAL,
          timeout: float = 60) -> tuple[int, Any]:
-    """A JSON request as a local program sends it (no Origin, JSON content type), with an optional token."""
+    """A JSON request as a local program sends it (no Origin, JSON content type), with the daemon's local
+    token (the operator's: every agent), another token, or none (None)."""
     sent = {"Content-Type": "application/json"}
-    if token is not None:
+    if token == LOCAL:
+        sent.update(local_auth(daemon))
+    elif token is not None:
         sent["Authorization"] = f"Bearer {token}"
     data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
     status, _, raw = raw_request(daemon, method, path, data, sent, timeout=timeout)
@@ -106,7 +116,7 @@ def write_agent(state: Path, agent: str, texts: list[str], session: str = "s1") 
     return path
 
 
-# -- one daemon in its default install (no token) -----------------------------------------------------
+# -- one daemon on TCP without a configured token (the local one only) ------------------------------------
 
 @pytest.fixture(scope="module")
 def default_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
@@ -148,7 +158,8 @@ def test_f1_agent_id_that_is_no_agent_id_is_refused_and_writes_nothing(default_d
             assert status == 400 and "agent" in answer["error"], (agent, path, status, answer)
         for path in ("/export?agent=", "/status?agent="):
             status, _ = call(daemon, "GET", path + urllib.parse.quote(agent))
-            assert status in (400, 403), (agent, path, status)  # empty means "every agent": 403
+            # empty means "every agent", which the operator's local token may read
+            assert status in ((200,) if agent == "" else (400, 403)), (agent, path, status)
     after = tree(root, skip=(daemon.data_dir,))
     created = {p for p in after - before if not p.endswith("-daemon.log")}
     assert not created, created  # no index, no directory, anywhere
@@ -349,30 +360,41 @@ def test_f3_requests_a_web_page_can_make_are_refused(default_daemon: DaemonProce
                     {"Host": f"127.0.0.1:{port}", "Sec-Fetch-Mode": "cors", "User-Agent": "node"}):
         status, got, raw = raw_request(daemon, "POST", "/memory/search", json.dumps(
             {"agent_id": "main", "query": "garden gate squeaks"}).encode(),
-            {**headers, "Content-Type": "application/json; charset=utf-8"})
+            {**headers, "Content-Type": "application/json; charset=utf-8", **local_auth(daemon)})
         assert status == 200 and b"garden gate" in raw, (headers, status, raw[:200])
         assert got.get("x-content-type-options") == "nosniff"
 
 
 # 4. every agent to anyone --------------------------------------------------------------------------------
 
-def test_f4_export_and_status_serve_one_agent_without_a_token(default_daemon: DaemonProcess) -> None:
+def test_f4_tcp_answers_nothing_but_health_without_a_token(default_daemon: DaemonProcess) -> None:
+    """Issue 37 finding 4: a caller without a token (any local user) read any one agent, and /metrics named
+    them all. On TCP every route but /health now needs a token; the daemon's local token is every agent's."""
     daemon = default_daemon
-    for path in ("/export", "/export?agent=", "/export?agent[]=", "/export?agent[]=main", "/status",
-                 "/status?agent=", "/export?agent=main&agent=ops"):
-        status, answer = call(daemon, "GET", path)
-        assert status in (400, 403), (path, status)
-        assert b"pager" not in (answer if isinstance(answer, bytes) else json.dumps(answer).encode())
-    status, raw = call(daemon, "GET", "/export?agent=main")
-    assert status == 200 and {p["payload"]["agent_id"] for p in ndjson(raw)} == {"main"}
+    for method, path, body in (("GET", "/export?agent=main", None), ("GET", "/status?agent=main", None),
+                               ("GET", "/export", None), ("GET", "/status", None), ("GET", "/metrics", None),
+                               ("POST", "/memory/search", {"agent_id": "main", "query": "garden gate"}),
+                               ("POST", "/memory/context", {"agent_id": "main", "query": "garden gate"}),
+                               ("POST", "/search", {"agent_id": "main", "query": "garden gate"}),
+                               ("POST", "/memory/get", {"agent_id": "main", "id": "x"}),
+                               ("POST", "/memory/add", {"agent_id": "main", "text": "poison from anyone"}),
+                               ("POST", "/selftest/cleanup", {"stale": True})):
+        for token in (None, "", "wrong-token-0123456789abcdef"):
+            status, answer = call(daemon, method, path, body, token=token)
+            assert status == 401, (path, token, status)
+            assert not {b"garden", b"pager", b"ops"} & set(
+                (answer if isinstance(answer, bytes) else json.dumps(answer).encode()).split()), answer
+    assert call(daemon, "GET", "/health", token=None)[0] == 200
+    # The daemon's local token (what the CLI and the plugin read from the data dir): every agent.
+    status, raw = call(daemon, "GET", "/export")
+    assert status == 200 and {p["payload"]["agent_id"] for p in ndjson(raw)} >= {"main", "ops"}
     status, one = call(daemon, "GET", "/status?agent=main")
     assert status == 200 and set(one["agents"]) == {"main"} and one["agent"] == "main"
-    assert "state_dir" not in one and "data_dir" not in one and str(daemon.state_dir) not in json.dumps(one)
-    # The operator's CLI reads the daemon's local token from the data dir: every agent, as before.
     exported = [json.loads(line) for line in daemon.cli("export").stdout.decode().splitlines()]
     assert {"main", "ops"} <= {p["payload"]["agent_id"] for p in exported}
     status_out = json.loads(daemon.cli("status", "--json").stdout)
     assert {"main", "ops"} <= set(status_out["agents"]) and status_out["state_dir"] == str(daemon.state_dir)
+    assert not [p for p in daemon.export_http("main") if "poison from anyone" in p["payload"]["data"]]
 
 
 @pytest.fixture(scope="module")
@@ -398,7 +420,7 @@ def test_f4_per_agent_tokens_limit_a_caller_to_its_agent(token_daemon: DaemonPro
     # no token: nothing but /health
     for method, path, body in (("POST", "/memory/search", search_main), ("GET", "/export?agent=main", None),
                                ("GET", "/status?agent=main", None), ("GET", "/metrics", None)):
-        assert call(daemon, method, path, body)[0] == 401
+        assert call(daemon, method, path, body, token=None)[0] == 401
     assert call(daemon, "GET", "/health")[0] == 200
     # main's token: main only, whatever it asks for
     assert call(daemon, "POST", "/memory/search", search_main, MAIN_TOKEN)[0] == 200
@@ -423,16 +445,20 @@ def test_f4_per_agent_tokens_limit_a_caller_to_its_agent(token_daemon: DaemonPro
     assert {"main", "ops"} <= set(json.loads(daemon.cli("status", "--json").stdout)["agents"])
 
 
-def test_f4_allow_all_agents_is_an_explicit_switch(tmp_path: Path) -> None:
+def test_f4_allow_all_agents_is_accepted_and_opens_nothing(tmp_path: Path) -> None:
+    """It let a caller without a token export every agent; now no caller is anonymous: the key is still
+    read (an old config keeps starting), said to have no effect, and changes nothing."""
     state = tmp_path / "state"
     write_agent(state, "main", ["The garden gate squeaks."])
     write_agent(state, "ops", ["The pager rotates on Mondays."])
     daemon = DaemonProcess(state, tmp_path / "data", config={"http": {"allow_all_agents": True}}).start()
     try:
         daemon.wait_idle()
+        assert call(daemon, "GET", "/export", token=None)[0] == 401
+        assert call(daemon, "GET", "/status", token=None)[0] == 401
         status, raw = call(daemon, "GET", "/export")
         assert status == 200 and {"main", "ops"} <= {p["payload"]["agent_id"] for p in ndjson(raw)}
-        assert call(daemon, "GET", "/status")[0] == 200
+        assert [e["key"] for e in daemon.events("http_setting_ignored")] == ["http.allow_all_agents"]
     finally:
         daemon.stop()
 

@@ -32,9 +32,9 @@ TOOL_LINES = line({"type": "message", "id": "tc", "parentId": None, "timestamp":
     "tr", "toolResult", "April: 30 days", ts="2026-04-02T10:00:31.000Z")
 
 
-def call(base: str, path: str, body: dict[str, Any]) -> tuple[int, Any]:
-    request = urllib.request.Request(base + path, data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"}, method="POST")
+def call(daemon: DaemonProcess, path: str, body: dict[str, Any]) -> tuple[int, Any]:
+    request = urllib.request.Request(daemon.base + path, data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json", **daemon.auth}, method="POST")
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
             return response.status, json.loads(response.read())
@@ -70,7 +70,7 @@ def texts(results: list[dict[str, Any]]) -> list[str]:
 
 
 def test_a_memory_with_the_turns_around_it_in_session_order(daemon: DaemonProcess) -> None:
-    status, answer = call(daemon.base, "/memory/get",
+    status, answer = call(daemon, "/memory/get",
                           {"agent_id": "gardener", "id": expected_id("gardener", "garden", "u3")})
     assert status == 200, answer
     assert answer["memory"]["text"] == TURNS[4][2]
@@ -83,27 +83,27 @@ def test_a_memory_with_the_turns_around_it_in_session_order(daemon: DaemonProces
 
 def test_neighbours_bounds_and_the_session_edges(daemon: DaemonProcess) -> None:
     first = expected_id("gardener", "garden", "u1")
-    status, answer = call(daemon.base, "/memory/get", {"agent_id": "gardener", "id": first, "neighbours": 0})
+    status, answer = call(daemon, "/memory/get", {"agent_id": "gardener", "id": first, "neighbours": 0})
     assert status == 200 and answer["before"] == [] and answer["after"] == []
-    status, answer = call(daemon.base, "/memory/get", {"agent_id": "gardener", "id": first, "neighbours": 10})
+    status, answer = call(daemon, "/memory/get", {"agent_id": "gardener", "id": first, "neighbours": 10})
     assert status == 200 and answer["before"] == [] and len(answer["after"]) == len(TURNS) - 1
     for body in ({"agent_id": "gardener", "id": first, "neighbours": 11}, {"agent_id": "gardener", "id": "u1"},
                  {"agent_id": "gardener"}, {"id": first}, {"agent_id": "gardener", "id": first, "neighbours": "2"}):
-        status, answer = call(daemon.base, "/memory/get", body)
+        status, answer = call(daemon, "/memory/get", body)
         assert status == 400 and answer["error"], body
 
 
 def test_another_agents_memory_is_not_there(daemon: DaemonProcess) -> None:
     theirs = expected_id("neighbour", "garden", "u3")
-    assert call(daemon.base, "/memory/get", {"agent_id": "neighbour", "id": theirs})[0] == 200
-    stolen = call(daemon.base, "/memory/get", {"agent_id": "gardener", "id": theirs})
-    unknown = call(daemon.base, "/memory/get", {"agent_id": "gardener", "id": expected_id("gardener", "x", "y")})
+    assert call(daemon, "/memory/get", {"agent_id": "neighbour", "id": theirs})[0] == 200
+    stolen = call(daemon, "/memory/get", {"agent_id": "gardener", "id": theirs})
+    unknown = call(daemon, "/memory/get", {"agent_id": "gardener", "id": expected_id("gardener", "x", "y")})
     assert stolen == unknown == (404, {"error": "no memory with this id for this agent"})
 
 
 def test_reads_by_id_are_not_searches_for_the_loop_guard(daemon: DaemonProcess) -> None:
     body = {"agent_id": "gardener", "id": expected_id("gardener", "garden", "u2")}
     for _ in range(6):
-        assert call(daemon.base, "/memory/get", body)[0] == 200
-    status, answer = call(daemon.base, "/memory/search", {"agent_id": "gardener", "query": "compost bin"})
+        assert call(daemon, "/memory/get", body)[0] == 200
+    status, answer = call(daemon, "/memory/search", {"agent_id": "gardener", "query": "compost bin"})
     assert status == 200 and "hint" not in answer  # the guard (hint after 2) has counted this one search only

@@ -47,7 +47,8 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
 
 
 def metrics(process: DaemonProcess) -> dict[str, list[tuple[dict[str, str], float]]]:
-    with urllib.request.urlopen(process.base + "/metrics", timeout=10) as response:
+    with urllib.request.urlopen(urllib.request.Request(process.base + "/metrics", headers=process.auth),
+                                timeout=10) as response:
         assert response.headers["Content-Type"].startswith("text/plain")
         text = response.read().decode()
     samples: dict[str, list[tuple[dict[str, str], float]]] = {}
@@ -113,7 +114,7 @@ def test_selftest_passes_against_the_running_daemon_and_leaves_no_trace(daemon: 
 def test_selftest_cleanup_endpoint_cannot_delete_other_agents(daemon: DaemonProcess) -> None:
     before = len(daemon.export())
     request = urllib.request.Request(daemon.base + "/selftest/cleanup", data=json.dumps({"session_id": "s1"}).encode(),
-                                     headers={"Content-Type": "application/json"}, method="POST")
+                                     headers={"Content-Type": "application/json", **daemon.auth}, method="POST")
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(request, timeout=10)
     assert refused.value.code == 400

@@ -233,7 +233,8 @@ def test_neighbours_stay_inside_one_conversation_of_a_session(tmp_path: Path) ->
 
         def post(path: str, body: dict[str, object]) -> dict[str, object]:
             request = urllib.request.Request(daemon.base + path, data=json.dumps({"agent_id": AGENT, **body}).encode(),
-                                             headers={"Content-Type": "application/json"}, method="POST")
+                                             headers={"Content-Type": "application/json", **daemon.auth},
+                                             method="POST")
             with urllib.request.urlopen(request, timeout=60) as response:
                 answer: dict[str, object] = json.loads(response.read())
                 return answer

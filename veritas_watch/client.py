@@ -1,26 +1,41 @@
 """Finding the running daemon and talking to it: the one client every CLI command uses (search, status,
 export, selftest, doctor).
 
-A ready daemon publishes `<data_dir>/daemon.json` (pid, host, port) and its local token
-(`<data_dir>/http.token`, api.publish_http). `locate` reads the data dir's file, then, unless a data
-dir was chosen explicitly, the system service's (`/var/lib/veritas-watch`), checks the pid is alive and
-`/health` answers, and returns an endpoint that sends the strongest token this process can read: the
-daemon's local token, else `http.token`.
+A ready daemon publishes `<data_dir>/daemon.json` (pid, its Unix socket, and host and port when it also
+listens on TCP); its local token is `<data_dir>/http.token` (0600). `locate` reads the data dir's file, then,
+unless a data dir was chosen explicitly, the system service's (`/var/lib/veritas-watch`), checks the pid is
+alive and `/health` answers, and returns an endpoint:
+- over the socket (preferred): the data dir is this user's and no one else may write it, and the daemon
+  checks who connects; no token is sent;
+- over TCP (a daemon without a socket this process can use): the strongest token this process can read (the
+  daemon's local token, else `http.token`), sent only after the server proved it holds that token
+  (`transport.py`), on every request: a process that took the port first gets neither token nor question.
 """
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import json
 import os
-import urllib.error
-import urllib.request
-from dataclasses import dataclass, field
-from http.client import HTTPResponse
+import socket
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from veritas_watch.config import Config
 from veritas_watch.owner import read_local_token
+from veritas_watch.transport import (
+    CHALLENGE_HEADER,
+    KEY_ID_HEADER,
+    PROOF_HEADER,
+    NotPrivate,
+    check_private_dir,
+    key_id,
+    new_challenge,
+    proven,
+    socket_address,
+)
 
 SYSTEM_DATA_DIR = Path("/var/lib/veritas-watch")  # the system unit's StateDirectory=
 DAEMON_FILE = "daemon.json"
@@ -44,31 +59,96 @@ class DaemonRefused(OSError):
         self.status = status
 
 
+class NotTheDaemon(OSError):
+    """A TCP server that did not prove it holds our token: nothing was sent to it, nothing taken from it."""
+
+    def __init__(self, where: str) -> None:
+        super().__init__(f"the server on {where} did not prove it holds the token; another process may be "
+                         "listening there (nothing was sent to it)")
+
+
+class UnixHTTPConnection(http.client.HTTPConnection):
+    """HTTP over the daemon's Unix socket (`Host: localhost`, as a loopback client sends)."""
+
+    def __init__(self, path: Path, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(self.timeout)
+            with socket_address(self.path.parent, self.path.name) as address:
+                sock.connect(address)
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
+
+
 @dataclass(frozen=True)
 class DaemonEndpoint:
-    base: str  # http://host:port
+    base: str  # where, for people: unix:<path> or http://host:port
     pid: int
     data_dir: Path  # whose daemon.json named it
-    token: str
+    token: str  # sent on TCP only, after the server's proof
     health: dict[str, Any] = field(default_factory=dict)  # its /health answer when found
+    socket: Path | None = None  # the daemon's Unix socket; None: TCP
+    host: str = ""
+    port: int = 0
 
-    def open(self, path: str, body: dict[str, Any] | None = None, timeout: float = 60.0) -> HTTPResponse:
+    def _connection(self, timeout: float) -> http.client.HTTPConnection:
+        if self.socket is not None:
+            return UnixHTTPConnection(self.socket, timeout)
+        return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+
+    def _send(self, method: str, path: str, data: bytes | None, headers: dict[str, str],
+              timeout: float) -> http.client.HTTPResponse:
+        conn = self._connection(timeout)
+        try:
+            conn.request(method, path, body=data, headers={"Connection": "close", **headers})
+            return conn.getresponse()  # the connection closes with the response (Connection: close)
+        except http.client.HTTPException as exc:  # not an OSError: a garbled answer is a failed request too
+            conn.close()
+            raise OSError(f"bad answer from {self.base}: {type(exc).__name__}: {exc}") from None
+        except BaseException:
+            conn.close()
+            raise
+
+    def _proof(self, timeout: float) -> http.client.HTTPResponse:
+        """GET /health asking the server to prove it holds our token; NotTheDaemon unless it does."""
+        challenge = new_challenge()
+        response = self._send("GET", "/health", None, {CHALLENGE_HEADER: challenge,
+                                                       KEY_ID_HEADER: key_id(self.token)}, timeout)
+        if not proven(self.token, challenge, response.getheader(PROOF_HEADER)):
+            response.close()
+            raise NotTheDaemon(f"{self.host}:{self.port}")
+        return response
+
+    def open(self, path: str, body: dict[str, Any] | None = None, timeout: float = 60.0) -> http.client.HTTPResponse:
         """The raw response (to stream NDJSON); DaemonRefused on an error status."""
         headers = {"Content-Type": "application/json"}
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
-        data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(self.base + path, data=data, headers=headers,
-                                         method="POST" if data is not None else "GET")
-        try:
-            response: HTTPResponse = urllib.request.urlopen(request, timeout=timeout)
-            return response
-        except urllib.error.HTTPError as err:
+        if self.socket is None:
+            if path == "/health":
+                response = self._proof(timeout)  # the proof is on the answer asked for: one request
+            else:
+                self._proof(timeout).close()
+                headers["Authorization"] = f"Bearer {self.token}"
+                response = None
+        else:
+            response = None
+        if response is None:
+            data = json.dumps(body).encode() if body is not None else None
+            response = self._send("POST" if data is not None else "GET", path, data, headers, timeout)
+        if response.status >= 400:
             try:
-                message = json.loads(err.read()).get("error", "")
+                message = json.loads(response.read()).get("error", "")
             except (ValueError, AttributeError, OSError):
                 message = ""
-            raise DaemonRefused(err.code, message or str(err.reason)) from None
+            finally:
+                response.close()
+            raise DaemonRefused(response.status, message or str(response.reason))
+        return response
 
     def call(self, path: str, body: dict[str, Any] | None = None, timeout: float = 60.0) -> Any:
         """One JSON request and its JSON answer."""
@@ -86,7 +166,8 @@ def candidates(config: Config) -> list[Path]:
 
 
 def locate(config: Config, health_timeout: float = 3.0) -> DaemonEndpoint:
-    """The live daemon, or NoDaemon saying why the first candidate has none."""
+    """The live daemon, or NoDaemon saying why the first candidate has none (NotTheDaemon: a TCP server
+    that did not prove it holds the token answered)."""
     failure: NoDaemon | None = None
     for path in candidates(config):
         try:
@@ -104,10 +185,35 @@ def find(config: Config, health_timeout: float = 3.0) -> DaemonEndpoint | None:
         return None
 
 
+def _ways(config: Config, path: Path, info: dict[str, Any], pid: int) -> list[DaemonEndpoint]:
+    """How to reach the daemon daemon.json names, best first: its socket (in a directory that is this
+    user's and that no one else may write), then TCP with a token."""
+    data_dir = path.parent
+    ways = []
+    if isinstance(info.get("socket"), str):
+        sock = Path(info["socket"])
+        with contextlib.suppress(NotPrivate, OSError):
+            check_private_dir(sock.parent, allow_root=True)
+            ways.append(DaemonEndpoint(f"unix:{sock}", pid, data_dir, "", socket=sock))
+    if info.get("host") is not None and info.get("port") is not None:
+        try:  # a token file in a directory others may write could be theirs: the proof would prove nothing
+            check_private_dir(data_dir, allow_root=True)
+            token = read_local_token(data_dir) or config.http.token
+        except (NotPrivate, OSError):
+            token = config.http.token
+        if token:
+            host, port = str(info["host"]), int(info["port"])
+            where = f"[{host}]" if ":" in host else host
+            ways.append(DaemonEndpoint(f"http://{where}:{port}", pid, data_dir, token, host=host, port=port))
+    return ways
+
+
 def _endpoint(config: Config, path: Path, health_timeout: float) -> DaemonEndpoint:
     try:
         info = json.loads(path.read_text())
-        pid, base = int(info["pid"]), f"http://{info['host']}:{info['port']}"
+        pid = int(info["pid"])
+        if not isinstance(info, dict):
+            raise TypeError("not an object")
     except FileNotFoundError:
         raise NoDaemon("daemon_not_running", f"no daemon is running for data dir {path.parent} ({path} is "
                        f"missing): {START_HINT}") from None
@@ -120,12 +226,25 @@ def _endpoint(config: Config, path: Path, health_timeout: float) -> DaemonEndpoi
                        f"{START_HINT}") from None
     except PermissionError:
         pass  # alive, as another user (the system service): /health decides
-    endpoint = DaemonEndpoint(base, pid, path.parent, read_local_token(path.parent) or config.http.token)
-    try:
-        health = endpoint.call("/health", timeout=health_timeout)
-    except DaemonRefused as exc:
-        raise NoDaemon("daemon_unreachable", f"the daemon (pid {pid}) on {base} is not ready: {exc}") from None
-    except (OSError, urllib.error.URLError, ValueError) as exc:
-        raise NoDaemon("daemon_unreachable", f"the daemon (pid {pid}) does not answer on {base}/health "
-                       f"({exc})") from None
-    return DaemonEndpoint(base, pid, path.parent, endpoint.token, health if isinstance(health, dict) else {})
+    ways = _ways(config, path, info, pid)
+    if not ways:
+        raise NoDaemon("daemon_unreachable", f"the daemon (pid {pid}) of {path.parent} cannot be reached from "
+                       "this user: its socket is not in a directory of this user's, and no token for its TCP "
+                       "port is readable (http.token)")
+    failure: NoDaemon | None = None
+    for endpoint in ways:
+        try:
+            health = endpoint.call("/health", timeout=health_timeout)
+        except NotTheDaemon:
+            raise  # not "no daemon": a command must not go on as if none ran (nor open the store)
+        except DaemonRefused as exc:
+            failure = failure or NoDaemon("daemon_unreachable",
+                                          f"the daemon (pid {pid}) on {endpoint.base} is not ready: {exc}")
+            continue
+        except (OSError, ValueError) as exc:
+            failure = failure or NoDaemon("daemon_unreachable", f"the daemon (pid {pid}) does not answer on "
+                                          f"{endpoint.base} ({exc})")
+            continue
+        return replace(endpoint, health=health if isinstance(health, dict) else {})
+    assert failure is not None
+    raise failure

@@ -89,17 +89,36 @@ class PipelineConfig:
     stop_timeout: float = 15.0
 
 
+DEFAULT_HTTP_PORT = 17761  # TCP when http.host is set without http.port
+LOOPBACK_HOST = "127.0.0.1"
+
+
 @dataclass(frozen=True)
 class HttpConfig:
-    enabled: bool = True
-    host: str = "127.0.0.1"
-    port: int = 17761
+    """The API. Always on the Unix socket `<data_dir>/api.sock` (only the daemon's user gets in); on TCP too
+    when `port` or `host` is set, where every route but /health needs a token."""
+
+    enabled: bool = True  # false: no API at all (neither the socket nor TCP)
+    host: str = ""  # TCP: the address to bind ("": 127.0.0.1); set alone, TCP listens on port 17761
+    port: int | None = None  # TCP port (0: any free one); unset and no host: no TCP listener
     token: str = ""  # bearer token for every agent; required to bind a non-loopback address
-    # agent id -> bearer token: a caller with one reads and writes that agent only (and with any token
-    # set, a caller without one is refused)
+    # agent id -> bearer token: a caller with one reads and writes that agent only
     agent_tokens: dict[str, str] = field(default_factory=dict)
-    allow_all_agents: bool = False  # a caller without a token may read /export and /status of every agent
+    allow_all_agents: bool = False  # accepted, no effect any more: no caller is anonymous (logged at start)
     allowed_hosts: list[str] = field(default_factory=list)  # Host names accepted besides loopback and http.host
+
+    @property
+    def tcp(self) -> bool:
+        """Whether the API listens on TCP besides its Unix socket."""
+        return self.enabled and (self.port is not None or bool(self.host))
+
+    @property
+    def bind_host(self) -> str:
+        return self.host or LOOPBACK_HOST
+
+    @property
+    def bind_port(self) -> int:
+        return DEFAULT_HTTP_PORT if self.port is None else self.port
 
 
 @dataclass(frozen=True)
@@ -201,6 +220,10 @@ def _coerce(key: str, value: object, kind: Any) -> object:
         if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
             return value.lower() in ("1", "true", "yes", "on")
         raise ConfigError(f"{key}: expected true or false, got {value!r}")
+    if kind == int | None:
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return None  # an empty VERITAS_WATCH_HTTP_PORT: unset
+        return _coerce(key, value, int)
     if kind is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
@@ -431,6 +454,6 @@ def _check_http(http: HttpConfig) -> None:
     """A non-loopback bind needs a token; loopback means every address the host resolves to is loopback."""
     from veritas_watch.http.access import resolves_to_loopback
 
-    if not (http.token or http.agent_tokens) and not resolves_to_loopback(http.host):
+    if http.tcp and not (http.token or http.agent_tokens) and not resolves_to_loopback(http.bind_host):
         raise ConfigError(f"http.host: {http.host!r} is not a loopback address (it must resolve to 127.0.0.0/8 or "
                           "::1 only); set http.token to allow it")

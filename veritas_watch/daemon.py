@@ -115,9 +115,12 @@ StoreWrapper = Callable[[Store], Store]
 
 def keep_private(data_dir: Path) -> None:
     """The data dir holds every agent's memory: only its owner may enter it. One made beforehand with the
-    usual 0755 (a `mkdir` by hand) is closed to others, and the log says so."""
+    usual 0755 (a `mkdir` by hand) is closed to others, and the log says so; another user's is refused."""
     st = data_dir.stat()
-    if st.st_mode & 0o077 and st.st_uid == os.geteuid():
+    if st.st_uid != os.geteuid():
+        raise StartupError(f"data dir {data_dir} belongs to uid {st.st_uid}, not to this daemon's user "
+                           f"(uid {os.geteuid()}): run the daemon as its owner, or give it its own data dir")
+    if st.st_mode & 0o077:
         data_dir.chmod(0o700)
         log.warning("data_dir_permissions_tightened", path=str(data_dir), was=oct(st.st_mode & 0o777), now="0o700")
 
@@ -235,6 +238,7 @@ class Daemon:
         if not await self._take_ownership():
             return None
         opened.callback(self.owner.release)
+        keep_private(config.data_dir)  # before the API's socket is bound in it
         http = await start_http(config) if config.http.enabled and not self.once else NoHttp()
         opened.push_async_callback(http.cleanup)  # idempotent: also called before the store closes
         rt = await self._open_with_retry()
@@ -264,7 +268,7 @@ class Daemon:
         log.info("daemon_ready", state_dir=str(state_dir), data_dir=str(config.data_dir),
                  embedder=rt.embedder.name, store=config.store.url or "embedded",
                  watcher=watcher.mode, once=self.once,
-                 http=f"{config.http.host}:{http.port}" if http.port is not None else None)
+                 http=f"{http.host}:{http.port}" if http.port is not None else None)
         return running
 
     async def _take_ownership(self) -> bool:

@@ -94,7 +94,9 @@ def _config(config: Config, error: str | None = None) -> Check:
                      "fix the config file (the daemon does not start with it), then run doctor again")
     source = config.source_file or "built-in defaults (no config file; $VERITAS_WATCH_CONFIG unset)"
     return Check("config", "ok", f"{source}; log level {config.log.level}, "
-                 f"http {config.http.host}:{config.http.port}" + (" (token set)" if config.http.token else ""))
+                 f"api {config.data_dir / 'api.sock'}"
+                 + (f" and http {config.http.bind_host}:{config.http.bind_port}" if config.http.tcp else "")
+                 + (" (token set)" if config.http.token else ""))
 
 
 def _state_dir(config: Config) -> Iterator[Check]:
@@ -394,11 +396,13 @@ def _daemon(config: Config, daemon: DaemonEndpoint | None) -> Check:
         return Check("daemon", "warn", "not reachable: http.enabled is false, so status/search/selftest cannot "
                      "reach a running daemon", "set http.enabled = true")
     try:
-        with socket.create_server((http.host, http.port)):
-            pass
+        if http.tcp:
+            with socket.create_server((http.bind_host, http.bind_port)):
+                pass
     except OSError as exc:
-        return Check("daemon", "fail", f"not running for {config.data_dir}, and {http.host}:{http.port} is taken "
-                     f"({exc.strerror})", "stop whatever holds the port, or set http.port (VERITAS_WATCH_HTTP_PORT)")
+        return Check("daemon", "fail", f"not running for {config.data_dir}, and {http.bind_host}:{http.bind_port} "
+                     f"is taken ({exc.strerror})",
+                     "stop whatever holds the port, or set http.port (VERITAS_WATCH_HTTP_PORT)")
     return Check("daemon", "warn", f"not running for data dir {config.data_dir}",
                  "systemctl start veritas-watch (or systemctl --user start veritas-watch); if it runs under "
                  "systemd, run doctor with the daemon's data dir: VERITAS_WATCH_DATA_DIR=/var/lib/veritas-watch")

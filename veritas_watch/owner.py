@@ -19,13 +19,15 @@ import contextlib
 import fcntl
 import json
 import os
+import secrets
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 LOCK_FILE = "owner.lock"
-TOKEN_FILE = "http.token"  # the running daemon's local token (mode 0600): whoever reads it reads the data dir
+TOKEN_FILE = "http.token"  # the local token (0600, kept across restarts): whoever reads it reads the data dir
 
 EXIT_PORT_TAKEN = 3  # the HTTP port is taken (nothing was left open)
 EXIT_DATA_DIR_OWNED = 4  # another daemon owns this data dir, or the store stayed held
@@ -126,7 +128,7 @@ class OwnerLock:
 
 
 def read_local_token(data_dir: Path) -> str | None:
-    """The running daemon's local token, if this process may read the data dir."""
+    """The daemon's local token, if this process may read the data dir."""
     try:
         token = (data_dir / TOKEN_FILE).read_text().strip()
     except OSError:
@@ -134,10 +136,27 @@ def read_local_token(data_dir: Path) -> str | None:
     return token or None
 
 
-def write_local_token(data_dir: Path, token: str) -> None:
+def local_token(data_dir: Path) -> str:
+    """The daemon's local token: the one in `<data_dir>/http.token` (mode 0600), made at the first start and
+    kept across restarts, so that the CLI and the OpenClaw plugin find it by themselves. A file that is not
+    this user's regular 0600 file is replaced (never trusted, never followed)."""
     path = data_dir / TOKEN_FILE
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with os.fdopen(fd) as handle:
+            st = os.fstat(handle.fileno())
+            token = handle.read().strip()
+        if st.st_uid == os.geteuid() and stat.S_ISREG(st.st_mode) and not st.st_mode & 0o077 and len(token) >= 32:
+            return token
+    token = secrets.token_urlsafe(32)
     tmp = path.with_name(f".{TOKEN_FILE}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "w") as handle:
+        os.fchmod(handle.fileno(), 0o600)  # whatever the umask
         handle.write(token)
+        handle.flush()
+        os.fsync(handle.fileno())
     tmp.replace(path)
+    return token

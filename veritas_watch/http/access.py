@@ -1,19 +1,21 @@
-"""Who may ask the HTTP API what: browser checks, tokens, and the agents a caller may read.
+"""Who may ask the HTTP API what: the socket's peer, browser checks, tokens, and the agents a caller may read.
 
 What a request must show before any handler runs (`guard_middleware`):
+0. over the Unix socket (`<data_dir>/api.sock`, in the 0700 data dir): the peer is the daemon's own user or
+   root (SO_PEERCRED; the directory already keeps everyone else out). That caller is the operator;
 1. `Host` is a loopback name (`localhost`, `127.x.x.x`, `[::1]`) or the configured host (or one of
    `http.allowed_hosts`): a DNS-rebinding page's requests carry its own name and are refused;
 2. no `Origin` but our own, and no `Sec-Fetch-Site` but `same-origin`/`none`: a web page elsewhere
    is refused (browsers send these; curl, the CLI and Node's fetch do not);
 3. POST bodies are `application/json`: the content types a page can send without a CORS
    preflight (`text/plain`, forms) are refused, and no route answers a preflight;
-4. the bearer token, which decides the caller's scope:
-   - `http.token`, or the running daemon's local token (`<data_dir>/http.token`, mode 0600, what
-     the CLI uses): every agent;
+4. on TCP, the bearer token, which decides the caller's scope (every route but /health needs one):
+   - `http.token`, or the daemon's local token (`<data_dir>/http.token`, mode 0600, what the CLI and
+     the plugin use when they can read it): every agent;
    - a token of `http.agent_tokens`: that agent only;
-   - none: refused (401) when any token is configured; else a local caller, who may search, add to
-     and export any one agent, and read `/status` and `/export` for every agent only with
-     `http.allow_all_agents`.
+   - none or a wrong one: refused (401).
+   `/health` proves the server holds a token before a client sends it (`transport.py`): asked with a
+   challenge and a token's key id, it answers the HMAC of the challenge under that token.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import structlog
 from aiohttp import web
 
 from veritas_watch.openclaw import InvalidAgentId, canonical_agent_id
+from veritas_watch.transport import key_id, peer_allowed, peer_uid, proof, valid_challenge
 
 if TYPE_CHECKING:
     from veritas_watch.config import HttpConfig
@@ -47,20 +50,18 @@ class Access:
 
     all_agents: bool
     agent: str | None = None  # set for a per-agent token: this agent only
-    anonymous: bool = False
+    anonymous: bool = False  # no token (on TCP: /health only)
 
     def allows(self, agent_id: str | None) -> bool:
         if self.all_agents:
             return True
-        if self.agent is not None:
-            return agent_id == self.agent
-        return agent_id is not None  # a local caller: any one agent
+        return self.agent is not None and agent_id == self.agent
 
     def require(self, agent_id: str | None) -> None:
         if not self.allows(agent_id):
             if agent_id is None:
-                raise refused(web.HTTPForbidden, "every agent at once needs the token (http.token), or "
-                              "http.allow_all_agents; ask for one agent (agent=ID)", reason="all_agents_not_allowed")
+                raise refused(web.HTTPForbidden, "every agent at once needs the operator's token (http.token); "
+                              "ask for this token's agent (agent=ID)", reason="all_agents_not_allowed")
             raise refused(web.HTTPForbidden, "this token is not for that agent", reason="agent_not_allowed")
 
 
@@ -147,7 +148,7 @@ def _name_allowed(name: str, http: HttpConfig) -> bool:
     requests name the page's DNS name, which is none of these."""
     if name in LOOPBACK_NAMES or _is_loopback_ip(name):
         return True
-    configured = http.host.lower().strip("[]")
+    configured = http.bind_host.lower().strip("[]")
     allowed = {configured, *(h.lower().strip("[]") for h in http.allowed_hosts)} - WILDCARDS
     if name in allowed:
         return True
@@ -189,29 +190,33 @@ class Tokens:
     def __init__(self, http: HttpConfig, local_token: str) -> None:
         self.admin = [t.encode() for t in (http.token, local_token) if t]
         self.per_agent = [(agent, token.encode()) for agent, token in http.agent_tokens.items() if token]
-        self.configured = bool(http.token or http.agent_tokens)
-        self.allow_all = http.allow_all_agents
+        every = [t for t in (http.token, local_token, *http.agent_tokens.values()) if t]
+        self.by_key_id = {key_id(t): t for t in every}
 
     def access(self, authorization: str) -> Access | None:
-        """The caller's scope, or None for a wrong or malformed token."""
-        if not authorization:
-            if self.configured:
-                return None
-            return Access(all_agents=self.allow_all, anonymous=True)
+        """The caller's scope, or None for a missing, wrong or malformed token."""
         scheme, _, given = authorization.partition(" ")
         supplied = given.strip().encode() if scheme.lower() == "bearer" else b""
-        admin = bool(supplied) and any(hmac.compare_digest(supplied, t) for t in self.admin)
+        if not supplied:
+            return None
+        admin = any(hmac.compare_digest(supplied, t) for t in self.admin)
         agent = None
         for name, token in self.per_agent:  # every token compared: the time says nothing about which matched
-            if supplied and hmac.compare_digest(supplied, token):
+            if hmac.compare_digest(supplied, token):
                 agent = agent or name
         if admin:
             return Access(all_agents=True)
         if agent is not None:
             return Access(all_agents=False, agent=agent)
-        if not self.configured:  # no token is configured: a token the caller brings changes nothing
-            return Access(all_agents=self.allow_all, anonymous=True)
         return None
+
+    def proof(self, key: str | None, challenge: str | None) -> str | None:
+        """`/health`'s answer to a client that asks us to prove we hold the token named `key` (None: we
+        hold no such token, or the challenge is not one)."""
+        token = self.by_key_id.get(key or "")
+        if token is None or challenge is None or not valid_challenge(challenge):
+            return None
+        return proof(token, challenge)
 
 
 _REFUSAL_LOG_EVERY_S = 10.0
@@ -234,8 +239,11 @@ class RefusalLog:
 
 
 def check_request(request: web.Request, http: HttpConfig, tokens: Tokens, port: int | None) -> Access:
-    """Raise the refusal for a request a browser page (or a caller without the right token) made;
-    else the caller's scope."""
+    """Raise the refusal for a request a browser page, another user on the socket, or a caller without the
+    right token made; else the caller's scope."""
+    peer = _socket_peer(request)
+    if peer is not None and not peer_allowed(peer):
+        raise _refusal(web.HTTPForbidden, "peer_not_allowed", "this socket is for the daemon's own user")
     if not host_allowed(request.headers.get("Host"), http):
         raise _refusal(web.HTTPForbidden, "host_not_allowed",
                        "Host must be a loopback name or the configured http.host (http.allowed_hosts)")
@@ -251,12 +259,23 @@ def check_request(request: web.Request, http: HttpConfig, tokens: Tokens, port: 
     if request.method == "POST" and not _json_content_type(request):
         raise _refusal(web.HTTPUnsupportedMediaType, "content_type_not_json",
                        "POST bodies must be Content-Type: application/json")
+    if peer is not None:
+        return Access(all_agents=True)  # the daemon's own user (or root): the operator
     access = tokens.access(request.headers.get("Authorization", ""))
     if access is None:
         if request.path in OPEN_PATHS:
             return Access(all_agents=False, anonymous=True)
         raise _refusal(web.HTTPUnauthorized, "bad_token", "missing or wrong bearer token")
     return access
+
+
+def _socket_peer(request: web.Request) -> int | None:
+    """The uid of a Unix-socket caller; None on TCP."""
+    sock = request.transport.get_extra_info("socket") if request.transport is not None else None
+    if sock is None or sock.family != socket.AF_UNIX:
+        return None
+    uid = peer_uid(sock)
+    return -1 if uid is None else uid
 
 
 class _Refusal(Exception):

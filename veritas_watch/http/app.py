@@ -13,8 +13,10 @@ import asyncio
 import contextlib
 import json
 import os
-import secrets
+import socket
+import stat
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -24,9 +26,18 @@ from veritas_watch.http.access import Tokens, agent_param, bound_to_loopback, ma
 from veritas_watch.http.memory import add_memory_routes
 from veritas_watch.http.requests import GATE_KEY, BadRequest, Gate, json_answer, served_of
 from veritas_watch.http.selftest import cleanup_handler
-from veritas_watch.owner import PortTaken, StartupError, write_local_token
+from veritas_watch.owner import PortTaken, StartupError, local_token
 from veritas_watch.selftest import SELFTEST_AGENT
 from veritas_watch.status import scope_status
+from veritas_watch.transport import (
+    CHALLENGE_HEADER,
+    KEY_ID_HEADER,
+    PROOF_HEADER,
+    SOCKET_FILE,
+    NotPrivate,
+    check_private_dir,
+    socket_address,
+)
 
 if TYPE_CHECKING:
     from veritas_watch.config import Config
@@ -114,8 +125,20 @@ def _scope(request: web.Request) -> str | None:
     return agent
 
 
+TOKENS_KEY = web.AppKey("veritas.tokens", Tokens)
+
+
 async def health(request: web.Request) -> web.Response:
-    """Liveness and the store's state (503 while starting), from the daemon's snapshot."""
+    """Liveness and the store's state (503 while starting), from the daemon's snapshot; and, asked with a
+    challenge, the proof that this server holds the client's token (`transport.py`), before the client sends it."""
+    response = _health(request)
+    answer = request.app[TOKENS_KEY].proof(request.headers.get(KEY_ID_HEADER), request.headers.get(CHALLENGE_HEADER))
+    if answer is not None:
+        response.headers[PROOF_HEADER] = answer
+    return response
+
+
+def _health(request: web.Request) -> web.Response:
     served = request.app[GATE_KEY].served
     if served is None:
         return json_answer({"status": "starting"}, status=503)
@@ -173,6 +196,7 @@ def make_app(config: Config, local_token: str, gate: Gate) -> web.Application:
                           client_max_size=MAX_BODY_BYTES)
     app.on_response_prepare.append(security_headers)
     app[GATE_KEY] = gate
+    app[TOKENS_KEY] = tokens
     app.router.add_get("/health", health)
     app.router.add_get("/status", status)
     add_memory_routes(app, config)  # /search and the plugins' /memory/search, /memory/context, /memory/add
@@ -184,13 +208,13 @@ def make_app(config: Config, local_token: str, gate: Gate) -> web.Application:
 
 @dataclass
 class HttpApi:
-    """The bound API: where it listens, the CLI's token, and the gate through which it reaches the daemon."""
+    """The bound API: its socket (and TCP address when configured), and the gate to the daemon."""
 
     runner: web.AppRunner
     gate: Gate
-    local_token: str  # the CLI's token, published in the data dir (`publish_http`)
-    host: str
-    port: int
+    socket: BoundSocket
+    host: str | None  # TCP, when configured
+    port: int | None
 
     def serve(self, served: Served) -> None:
         """Start-up finished: the routes answer from the running daemon (until now: 503 "daemon starting")."""
@@ -199,6 +223,7 @@ class HttpApi:
     async def cleanup(self) -> None:
         """Stop answering (idempotent: start-up failing half-way and shutdown both call it)."""
         await self.runner.cleanup()
+        self.socket.remove()
 
     def publish(self, config: Config) -> None:
         publish_http(config, self)
@@ -212,6 +237,7 @@ class NoHttp:
     published. A null object: start-up and shutdown read the same either way."""
 
     port: int | None = None
+    host: str | None = None
 
     def serve(self, served: Served) -> None:
         pass
@@ -226,45 +252,108 @@ class NoHttp:
         pass
 
 
+@dataclass
+class BoundSocket:
+    """`<data_dir>/api.sock`, bound and listening; removed at shutdown (only if it is still ours)."""
+
+    directory: Path
+    sock: socket.socket
+    inode: int
+
+    @property
+    def path(self) -> Path:
+        return self.directory / SOCKET_FILE
+
+    def remove(self) -> None:
+        with contextlib.suppress(OSError), socket_address(self.directory) as address:
+            if os.stat(address).st_ino == self.inode:
+                os.unlink(address)
+
+
+def bind_socket(data_dir: Path) -> BoundSocket:
+    """Listen on `<data_dir>/api.sock` (0600), in the data dir only the daemon's user may enter. The caller
+    holds the data dir's owner lock, so a socket file already there is a crashed daemon's: removed."""
+    try:
+        st = check_private_dir(data_dir)
+    except (NotPrivate, OSError) as exc:
+        raise StartupError(f"data dir {data_dir}: {exc}; the API socket is only served from a directory "
+                           "that is this user's") from None
+    if st.st_mode & 0o077:
+        raise StartupError(f"data dir {data_dir} is mode {oct(st.st_mode & 0o777)}: others could enter it "
+                           "(the daemon makes it 0700 at start)")
+    with socket_address(data_dir) as address:
+        with contextlib.suppress(FileNotFoundError):
+            old = os.lstat(address)
+            if not stat.S_ISSOCK(old.st_mode):
+                raise StartupError(f"{data_dir / SOCKET_FILE} exists and is not a socket: move it away")
+            os.unlink(address)
+            log.info("stale_socket_removed", path=str(data_dir / SOCKET_FILE))
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(address)
+            os.chmod(address, 0o600)  # the directory keeps others out already; the file says so too
+            sock.listen(128)
+            inode = os.stat(address).st_ino
+        except OSError as exc:
+            sock.close()
+            raise StartupError(f"cannot listen on {data_dir / SOCKET_FILE}: {exc.strerror or exc}") from None
+    sock.setblocking(False)
+    return BoundSocket(data_dir, sock, inode)
+
+
 async def start_http(config: Config) -> HttpApi:
-    """Bind the port (first thing at start-up: a taken port fails before anything else is opened). Until
-    `HttpApi.serve` the daemon answers 503 "daemon starting", and until `publish_http` no client knows where
-    it is."""
-    local_token = secrets.token_urlsafe(32)
+    """Listen (first thing at start-up: a taken port fails before anything else is opened): the Unix socket
+    always, TCP when configured. Until `HttpApi.serve` the daemon answers 503 "daemon starting", and until
+    `publish_http` no client knows where it is."""
+    http = config.http
+    if http.allow_all_agents:
+        log.warning("http_setting_ignored", key="http.allow_all_agents",
+                    reason="no caller is anonymous any more: the socket is the operator's, TCP needs a token")
     gate = Gate()
     # An idle connection is closed after 30 s (aiohttp keeps one an hour): connections are file descriptors.
-    runner = web.AppRunner(make_app(config, local_token, gate), access_log=None, keepalive_timeout=30)
+    runner = web.AppRunner(make_app(config, local_token(config.data_dir), gate), access_log=None,
+                           keepalive_timeout=30)
     await runner.setup()
-    http = config.http
-    site = web.TCPSite(runner, http.host, http.port, reuse_address=True)
+    try:
+        bound = bind_socket(config.data_dir)
+    except StartupError:
+        await runner.cleanup()
+        raise
+    api = HttpApi(runner, gate, bound, None, None)
+    await web.SockSite(runner, bound.sock).start()
+    log.info("http_listening", socket=str(bound.path))
+    if not http.tcp:
+        return api
+    site = web.TCPSite(runner, http.bind_host, http.bind_port, reuse_address=True)
     try:
         await site.start()
     except OSError as exc:
-        log.error("http_bind_failed", host=http.host, port=http.port, error=str(exc))
-        await runner.cleanup()
-        raise PortTaken(f"cannot listen on {http.host}:{http.port}: {exc.strerror or exc}") from None
-    if not (http.token or http.agent_tokens) and not bound_to_loopback(runner.addresses):
-        await runner.cleanup()
+        log.error("http_bind_failed", host=http.bind_host, port=http.bind_port, error=str(exc))
+        await api.cleanup()
+        raise PortTaken(f"cannot listen on {http.bind_host}:{http.bind_port}: {exc.strerror or exc}") from None
+    tcp = [a for a in runner.addresses if isinstance(a, tuple)]
+    if not (http.token or http.agent_tokens) and not bound_to_loopback(tcp):
+        await api.cleanup()
         raise StartupError(f"http.host {http.host!r} bound to a non-loopback address without a token")
-    host, port = runner.addresses[0][:2]
+    host, port = tcp[0][:2]
+    api.host, api.port = str(host), int(port)
     gate.port = int(port)
     log.info("http_listening", host=host, port=port)
-    return HttpApi(runner, gate, local_token, str(host), int(port))
+    return api
 
 
 def publish_http(config: Config, api: HttpApi) -> None:
-    """Tell clients where the ready daemon is: `daemon.json` (pid, host, port) and its local token (0600)."""
-    data_dir = config.data_dir
-    write_local_token(data_dir, api.local_token)
-    # Where the CLI finds us (the port may be 0 = "any free one" in tests).
-    info = {"pid": os.getpid(), "host": api.host, "port": api.port}
-    path = data_dir / "daemon.json"
+    """Tell clients where the ready daemon is: `daemon.json` (pid, socket, and host and port when on TCP)."""
+    info: dict[str, object] = {"pid": os.getpid(), "socket": str(api.socket.path)}
+    if api.port is not None:  # the port may be 0 = "any free one" in tests
+        info.update(host=api.host, port=api.port)
+    path = config.data_dir / "daemon.json"
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(info))
     tmp.replace(path)
 
 
 def unpublish_http(config: Config) -> None:
-    for name in ("daemon.json", "http.token"):
-        with contextlib.suppress(OSError):
-            (config.data_dir / name).unlink()
+    """daemon.json goes; the local token stays (the same one at the next start: clients keep finding it)."""
+    with contextlib.suppress(OSError):
+        (config.data_dir / "daemon.json").unlink()
