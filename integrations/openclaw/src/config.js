@@ -1,9 +1,14 @@
 // The plugin's settings (plugins.entries["veritas-watch"].config), with defaults and bounds.
 // OpenClaw validates the types against openclaw.plugin.json before the plugin loads; this module applies
 // the defaults, clamps the numbers and says what is wrong instead of throwing.
+//
+// Where the daemon is: with nothing set, its Unix socket `api.sock`, found in the first data dir that has
+// one (transport.js); `socket` or `dataDir` name it. `url` (TCP) only when set, with a token.
 
 export const DEFAULTS = Object.freeze({
-  url: "http://127.0.0.1:17761",
+  url: "",
+  socket: "",
+  dataDir: "",
   token: "",
   agentTokens: Object.freeze({}),
   autoRecall: true,
@@ -40,26 +45,39 @@ function isLoopback(hostname) {
   return host === "localhost" || host === "::1" || /^127\./.test(host);
 }
 
+function pathSetting(input, name, problems) {
+  const value = typeof input[name] === "string" ? input[name].trim() : "";
+  if (value && !value.startsWith("/")) {
+    problems.push(`${name} must be an absolute path (ignored)`);
+    return "";
+  }
+  return value;
+}
+
 /** `{config, problems}`: the settings to use, and one sentence per setting that was not usable. */
 export function resolveConfig(raw) {
   const input = raw && typeof raw === "object" ? raw : {};
   const problems = [];
-  let url = typeof input.url === "string" && input.url.trim() ? input.url.trim() : DEFAULTS.url;
+  const socket = pathSetting(input, "socket", problems);
+  const dataDir = pathSetting(input, "dataDir", problems);
+  let url = typeof input.url === "string" && input.url.trim() ? input.url.trim() : "";
   let parsed;
-  try {
-    parsed = new URL(url);
-    if (parsed.protocol !== "http:" && parsed.protocol !== "https:") throw new Error("not http");
-  } catch {
-    problems.push(`url is not an http(s) URL (using ${DEFAULTS.url})`);
-    url = DEFAULTS.url;
-    parsed = new URL(url);
+  if (url) {
+    try {
+      parsed = new URL(url);
+      if (parsed.protocol !== "http:" && parsed.protocol !== "https:") throw new Error("not http");
+    } catch {
+      problems.push("url is not an http(s) URL (using the daemon's socket)");
+      url = "";
+      parsed = undefined;
+    }
   }
-  if (parsed.username || parsed.password) {
+  if (parsed && (parsed.username || parsed.password)) {
     problems.push("url must not carry credentials (use token); they were dropped");
     parsed.username = "";
     parsed.password = "";
   }
-  const base = parsed.toString().replace(/\/+$/, "");
+  const base = parsed ? parsed.toString().replace(/\/+$/, "") : "";
   const token = typeof input.token === "string" ? input.token.trim() : "";
   const agentTokens = {};
   if (input.agentTokens && typeof input.agentTokens === "object" && !Array.isArray(input.agentTokens)) {
@@ -73,12 +91,15 @@ export function resolveConfig(raw) {
   for (const [name, value] of unresolved) {
     problems.push(`${name} is ${value}, an environment variable the gateway does not have`);
   }
-  if ((token || Object.keys(agentTokens).length) && parsed.protocol === "http:" && !isLoopback(parsed.hostname)) {
+  if (parsed && parsed.protocol === "http:" && !isLoopback(parsed.hostname)) {
     problems.push(`tokens are sent unencrypted to ${parsed.host}: use https or a loopback address`);
   }
+  if (parsed && socket) problems.push("url and socket are both set: the daemon is asked over TCP at url");
   const config = Object.freeze({
-    url: base,
-    origin: parsed.origin, // what logs may show: never a path, query or credential
+    url: base, // "": the daemon's Unix socket
+    origin: parsed ? parsed.origin : "", // what logs may show: never a path, query or credential
+    socket,
+    dataDir,
     token,
     agentTokens: Object.freeze(agentTokens),
     autoRecall: typeof input.autoRecall === "boolean" ? input.autoRecall : DEFAULTS.autoRecall,

@@ -101,8 +101,8 @@ export function setupProblems(hostConfig, settings) {
   return problems;
 }
 
-/** The plugin definition; `fetchImpl` and `reporter` are for tests. */
-export function createPlugin({ fetchImpl, reporter = sharedReporter } = {}) {
+/** The plugin definition; `reporter`, `env` and `home` (where it looks for the daemon) are for tests. */
+export function createPlugin({ reporter = sharedReporter, env, home } = {}) {
   return {
     id: PLUGIN_ID,
     name: "veritas-watch memory",
@@ -112,7 +112,7 @@ export function createPlugin({ fetchImpl, reporter = sharedReporter } = {}) {
       const { config, problems } = resolveConfig(api.pluginConfig);
       for (const problem of problems) reporter.once(logger, `config:${problem}`, `config: ${problem}`);
       for (const [key, message] of setupProblems(api.config, config)) reporter.once(logger, `setup:${key}`, message);
-      const client = new VeritasClient(config, fetchImpl);
+      const client = new VeritasClient(config, { env, home });
       // agent id -> the texts its current turn holds (from auto-recall's hook); one entry per agent, replaced
       // each turn, so it never grows past the agents OpenClaw runs
       const heldThisTurn = new Map();
@@ -124,6 +124,10 @@ export function createPlugin({ fetchImpl, reporter = sharedReporter } = {}) {
           reporter.failure(logger, error, what);
           return "Memory is unavailable right now (veritas-watch does not answer). Answer without it, and say " +
             "so if the user asked about the past.";
+        }
+        if (error.kind === "untrusted") {
+          reporter.once(logger, `untrusted:${error.message}`, `${error.message}; agents continue without memories`);
+          return "Memory is unavailable: veritas-watch could not be reached safely.";
         }
         if (error.kind === "auth") {
           reporter.once(logger, `auth:${agentId}`, `${error.message} (agent ${agentId}): set ` +

@@ -3,10 +3,12 @@ import { test } from "node:test";
 
 import { DEFAULTS, resolveConfig, tokenFor } from "../src/config.js";
 
-test("defaults: loopback daemon, auto-recall on", () => {
+test("defaults: the daemon's socket (found by itself), auto-recall on", () => {
   const { config, problems } = resolveConfig(undefined);
   assert.deepEqual(problems, []);
-  assert.equal(config.url, "http://127.0.0.1:17761");
+  assert.equal(config.url, "");
+  assert.equal(config.socket, "");
+  assert.equal(config.dataDir, "");
   assert.equal(config.autoRecall, true);
   assert.equal(config.recallLimit, DEFAULTS.recallLimit);
   assert.equal(config.recallMaxChars, DEFAULTS.recallMaxChars);
@@ -22,8 +24,11 @@ test("numbers outside their bounds are clamped and said", () => {
   assert.equal(problems.length, 3);
 });
 
-test("a bad url falls back to the default; credentials in the url are dropped, never kept", () => {
+test("a bad url falls back to the socket; credentials in the url are dropped, never kept", () => {
   assert.equal(resolveConfig({ url: "ftp://x" }).config.url, DEFAULTS.url);
+  assert.deepEqual(resolveConfig({ socket: "run/api.sock", dataDir: "~/x" }).problems,
+    ["socket must be an absolute path (ignored)", "dataDir must be an absolute path (ignored)"]);
+  assert.equal(resolveConfig({ socket: "/run/vw/api.sock" }).config.socket, "/run/vw/api.sock");
   const { config, problems } = resolveConfig({ url: "http://me:secret@127.0.0.1:9/" });
   assert.equal(config.url, "http://127.0.0.1:9");
   assert.ok(!JSON.stringify(config).includes("secret"));
@@ -40,6 +45,7 @@ test("an agent's own token wins over the shared one; others get the shared one",
 
 test("a token sent in clear to another host is a problem; to loopback it is not", () => {
   assert.equal(resolveConfig({ url: "http://10.0.0.5:17761", token: "t" }).problems.length, 1);
+  assert.equal(resolveConfig({ url: "http://10.0.0.5:17761" }).problems.length, 1); // the local token would go
   assert.equal(resolveConfig({ url: "https://10.0.0.5:17761", token: "t" }).problems.length, 0);
   assert.equal(resolveConfig({ url: "http://localhost:17761", token: "t" }).problems.length, 0);
   assert.equal(resolveConfig({ url: "http://[::1]:17761", token: "t" }).problems.length, 0);

@@ -1,9 +1,26 @@
-// A stand-in daemon on 127.0.0.1 (real HTTP, node:http) that records what the plugin sent, and a stand-in
-// OpenClaw plugin api that records what the plugin registered and logged.
+// A stand-in daemon (real HTTP, node:http) on 127.0.0.1 or on a Unix socket, that records what the plugin
+// sent and, asked on /health, proves it holds its tokens as the daemon does; and a stand-in OpenClaw plugin
+// api that records what the plugin registered and logged.
+import { closeSync, mkdtempSync, openSync } from "node:fs";
 import http from "node:http";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 
-export async function fakeDaemon(handler) {
+import { keyId, serverProof } from "../src/transport.js";
+
+/** A fresh directory as the daemon makes its data dir: this user's, mode 0700. */
+export function privateDir(prefix = "vw-plugin-") {
+  return mkdtempSync(join(tmpdir(), prefix)); // mkdtemp makes it 0700
+}
+
+/**
+ * handler(record) -> answer; `tokens`: what it can prove it holds on /health (none: a squatter);
+ * `socketDir`: listen on `<socketDir>/api.sock` instead of TCP. `requests` holds every request but the
+ * /health proofs, `seen` every request in order.
+ */
+export async function fakeDaemon(handler, { tokens = [], socketDir } = {}) {
   const requests = [];
+  const seen = [];
   const server = http.createServer(async (req, res) => {
     let raw = "";
     for await (const chunk of req) raw += chunk;
@@ -13,7 +30,17 @@ export async function fakeDaemon(handler) {
     } catch {
       body = raw;
     }
-    const record = { method: req.method, path: req.url, headers: req.headers, body };
+    const record = { method: req.method, path: req.url, headers: req.headers, body, raw };
+    seen.push(record);
+    if (req.method === "GET" && req.url === "/health") {
+      const token = tokens.find((t) => keyId(t) === req.headers["x-veritas-key-id"]);
+      const challenge = req.headers["x-veritas-challenge"];
+      const headers = { "content-type": "application/json" };
+      if (token && challenge) headers["x-veritas-proof"] = serverProof(token, challenge);
+      res.writeHead(200, headers);
+      res.end(JSON.stringify({ status: "ok" }));
+      return;
+    }
     requests.push(record);
     const answer = (await handler(record)) ?? { status: 200, json: { results: [], count: 0 } };
     if (answer.hang) return; // never answers (the client's timeout must fire)
@@ -31,11 +58,22 @@ export async function fakeDaemon(handler) {
     res.writeHead(answer.status ?? 200, headers);
     res.end(payload);
   });
-  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const { port } = server.address();
+  const where = socketDir ? join(socketDir, "api.sock") : undefined;
+  let listenAt = where;
+  let dirFd;
+  if (where && Buffer.byteLength(where) > 107) { // longer than a socket path may be: bound as the daemon does
+    dirFd = openSync(socketDir, "r");
+    listenAt = `/proc/self/fd/${dirFd}/api.sock`;
+  }
+  await new Promise((resolve) => (where ? server.listen(listenAt, resolve) : server.listen(0, "127.0.0.1", resolve)));
+  if (dirFd !== undefined) closeSync(dirFd);
+  const url = where ? undefined : `http://127.0.0.1:${server.address().port}`;
   return {
-    url: `http://127.0.0.1:${port}`,
+    url,
+    socket: where,
+    dir: socketDir,
     requests,
+    seen,
     async close() {
       server.closeAllConnections();
       await new Promise((resolve) => server.close(resolve));
