@@ -1,11 +1,12 @@
 """The OpenClaw memory plugin (`integrations/openclaw/`) in the real OpenClaw 2026.9.6, with the real daemon.
 
 One world for the module (the gateway costs ~10-40 s to start, each agent's first turn ~15-30 s): the real
-veritas-watch daemon with a bearer token, the real gateway with two agents and the mock model, the plugin
-installed the way the README says (`openclaw plugins install <dir>` on the running gateway; memory-core
-disabled, conversation hooks allowed, the daemon's token in the plugin's config). Between the plugin and
-the daemon sits a recording proxy (real HTTP both ways, requests passed on unchanged), so the tests can see
-which agent id every request carried.
+veritas-watch daemon, the real gateway with two agents and the mock model, the plugin installed the way the
+README says (`openclaw plugins install <dir>` on the running gateway; memory-core disabled, conversation
+hooks allowed) with no setting telling it where the daemon is: it finds the daemon's Unix socket in the
+default data dir of the gateway's user (`~/.local/state/veritas-watch/api.sock`, zero config). That socket
+is a recording proxy (real HTTP over Unix sockets both ways, requests passed on unchanged to the daemon's
+own socket), so the tests can see which agent id every request carried.
 
 The story: `main` tells a fact, then `/new`; in the new conversation `main` asks about it (auto-recall puts
 it before the user's message, the model calls `memory_search` through Tool Search's `tool_call`, as
@@ -23,6 +24,7 @@ import json
 import os
 import re
 import shutil
+import socketserver
 import subprocess
 import tarfile
 import threading
@@ -31,7 +33,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +49,7 @@ from tests.openclaw_harness import (
     install_or_skip,
     running_gateway,
 )
+from veritas_watch.client import UnixHTTPConnection
 
 pytestmark = pytest.mark.long  # minutes: started first (tests/conftest.py)
 
@@ -74,11 +77,18 @@ class ProxiedCall:
     status: int | None  # None: the daemon did not answer
 
 
-class RecordingProxy:
-    """Passes the plugin's requests to the daemon unchanged and keeps a copy; real HTTP on both sides."""
+class _UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
 
-    def __init__(self, upstream: Callable[[], str]) -> None:
+
+class RecordingProxy:
+    """Listens on `<data_dir>/api.sock` where the plugin looks by default, passes its requests to the daemon's
+    own socket unchanged and keeps a copy; real HTTP over Unix sockets on both sides."""
+
+    def __init__(self, data_dir: Path, upstream: Callable[[], Path]) -> None:
         self.upstream = upstream
+        self.path = data_dir / "api.sock"
+        data_dir.mkdir(parents=True, mode=0o700)
         self.calls: list[ProxiedCall] = []
         self._lock = threading.Lock()
         proxy = self
@@ -93,16 +103,16 @@ class RecordingProxy:
                 at = time.time()
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 headers = {k: v for k, v in self.headers.items() if k.lower() in ("content-type", "authorization")}
-                request = urllib.request.Request(proxy.upstream() + self.path, data=raw, headers=headers,
-                                                 method="POST")
                 status: int | None
+                conn = UnixHTTPConnection(proxy.upstream(), timeout=30)
                 try:
-                    with urllib.request.urlopen(request, timeout=30) as response:
-                        status, answer, kind = response.status, response.read(), response.headers.get("Content-Type")
-                except urllib.error.HTTPError as err:
-                    status, answer, kind = err.code, err.read(), err.headers.get("Content-Type")
+                    conn.request("POST", self.path, body=raw, headers=headers)
+                    response = conn.getresponse()
+                    status, answer, kind = response.status, response.read(), response.headers.get("Content-Type")
                 except OSError:
                     status = None
+                finally:
+                    conn.close()
                 try:
                     body = json.loads(raw)
                 except ValueError:
@@ -118,23 +128,18 @@ class RecordingProxy:
                 self.end_headers()
                 self.wfile.write(answer)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
-        self._server.daemon_threads = True
+        self._server = _UnixHTTPServer(str(self.path), Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, name="vw-proxy", daemon=True)
-
-    @property
-    def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
 
     def start(self) -> RecordingProxy:
         self._thread.start()
         return self
 
     def stop(self) -> None:
-        """Nothing listens at the plugin's URL any more: connections are refused, as with the daemon stopped."""
+        """The socket is gone, as when the daemon stops (it removes its socket)."""
         self._server.shutdown()
         self._server.server_close()
+        self.path.unlink(missing_ok=True)
 
 
 def daemon_post(daemon: DaemonProcess, path: str, body: dict[str, Any]) -> Any:
@@ -240,8 +245,10 @@ def world(openclaw: OpenClawInstall, tmp_path_factory: pytest.TempPathFactory) -
     packed = PackedInstall(openclaw, root / "packed").start()
     daemon = DaemonProcess(root / "state", root / "vw-data", {"HOME": str(root / "home")},
                            config={"http": {"token": TOKEN}})
-    proxy = RecordingProxy(lambda: daemon.base).start()
-    settings = {"url": proxy.url, "token": TOKEN, "timeoutMs": 3000, "recallMaxChars": RECALL_MAX_CHARS}
+    # Where the plugin looks with no setting: the gateway user's default data dir (its HOME is root/home).
+    proxy = RecordingProxy(root / "home" / ".local" / "state" / "veritas-watch",
+                           lambda: daemon.data_dir / "api.sock").start()
+    settings = {"timeoutMs": 3000, "recallMaxChars": RECALL_MAX_CHARS}  # nothing about where the daemon is
     plugins = {"entries": {"memory-core": {"enabled": False},
                            "veritas-watch": {"hooks": {"allowConversationAccess": True}, "config": settings}}}
     agents = {"main": {"name": "Main"}, "ops": {"name": "Ops"}}
@@ -413,14 +420,14 @@ def test_another_agent_never_receives_main_s_memory(world: World) -> None:
     results = tool_results(rows)
     assert results and results[0].startswith("openclaw:veritas-watch:memory_search")
     assert not any(marker in results[0] for marker in MARKERS)
-    # every request the plugin made carried the agent of the turn that made it, with the token
+    # every request the plugin made carried the agent of the turn that made it; over the socket, no token
     calls = [c for c in world.proxy.calls if c.path.startswith("/memory/")]
     assert {c.path for c in calls} >= {"/memory/context", "/memory/search", "/memory/get"}
     for turn in world.gateway.turns:
         during = [c for c in calls if turn.started <= c.at <= turn.finished]
         assert all(c.body.get("agent_id") == turn.agent for c in during), (turn.agent, [c.body for c in during])
     assert {c.body.get("agent_id") for c in calls} == {"main", "ops"}
-    assert all(c.authorization == f"Bearer {TOKEN}" for c in calls)
+    assert all(c.authorization is None for c in calls)
     assert all(c.status == 200 for c in calls)
 
 
@@ -435,7 +442,7 @@ def test_with_the_daemon_stopped_the_turn_completes_and_one_warning_is_logged(wo
     assert plugin_log_lines(world.log_before_outage) == [], "the plugin warned before the outage"
     lines = plugin_log_lines(world.gateway.log_text())
     assert len(lines) == 1, lines  # two failed calls in this turn (recall, then the tool): one line
-    assert re.search(r"veritas-watch: auto-recall failed: cannot reach http://127\.0\.0\.1:\d+ \(ECONNREFUSED\)",
-                     lines[0]), lines[0]
+    assert re.search(r"veritas-watch: auto-recall failed: no veritas-watch socket in .*/home/\.local/state/"
+                     r"veritas-watch, .* \(is the daemon running\?\)", lines[0]), lines[0]
     assert TOKEN not in world.gateway.log_text()
     assert "Ingrid" not in lines[0]
