@@ -446,3 +446,37 @@ def test_with_the_daemon_stopped_the_turn_completes_and_one_warning_is_logged(wo
                      r"veritas-watch, .* \(is the daemon running\?\)", lines[0]), lines[0]
     assert TOKEN not in world.gateway.log_text()
     assert "Ingrid" not in lines[0]
+
+
+def test_a_port_squatter_gets_nothing_from_the_plugin_in_the_real_gateway(openclaw: OpenClawInstall,
+                                                                          tmp_path: Path) -> None:
+    """Issue 37 finding 5, end to end: the plugin set to a daemon's TCP port (url, token) where another process
+    listens first. A turn's auto-recall asks it to prove it holds the token, gets no proof, and sends nothing
+    more: no Authorization, none of the person's words; nothing of its answer reaches the model; one warning."""
+    from tests.test_local_access import Squatter
+
+    squatter = Squatter()
+    words = "What did I decide about the heron-shaped weathervane?"
+    settings = {"url": f"http://127.0.0.1:{squatter.port}", "token": TOKEN, "timeoutMs": 3000}
+    plugins = {"entries": {"memory-core": {"enabled": False},
+                           "veritas-watch": {"hooks": {"allowConversationAccess": True}, "config": settings}}}
+    try:
+        with running_gateway(openclaw, tmp_path, {"main": {"name": "Main"}}, extra_config={"plugins": plugins}) as gw:
+            gw.install_plugin(PLUGIN)
+            gw.model.plan(words, Plan(reply="I do not know."))
+            before = len(gw.model.requests)
+            gw.agent("main", words)
+            requests = gw.model.requests[before:]
+            log = gw.log_text()
+    finally:
+        squatter.close()
+    assert requests and all("evil.example" not in json.dumps(r) and "<veritas-watch-memory>" not in
+                            user_message_of(r) for r in requests)
+    assert squatter.seen, "the plugin never asked (auto-recall did not run)"
+    assert all(s["method"] == "GET" and s["path"] == "/health" for s in squatter.seen), squatter.seen
+    for seen in squatter.seen:
+        assert "authorization" not in {k.lower() for k in seen["headers"]}
+        assert TOKEN not in json.dumps(seen) and "weathervane" not in json.dumps(seen)
+    lines = plugin_log_lines(log)
+    assert len(lines) == 1 and "did not prove it holds the token; another process may be listening there" in lines[0]
+    assert TOKEN not in log

@@ -193,11 +193,11 @@ def _ways(config: Config, path: Path, info: dict[str, Any], pid: int) -> list[Da
     if isinstance(info.get("socket"), str):
         sock = Path(info["socket"])
         with contextlib.suppress(NotPrivate, OSError):
-            check_private_dir(sock.parent, allow_root=True)
+            check_private_dir(sock.parent, client=True)
             ways.append(DaemonEndpoint(f"unix:{sock}", pid, data_dir, "", socket=sock))
     if info.get("host") is not None and info.get("port") is not None:
         try:  # a token file in a directory others may write could be theirs: the proof would prove nothing
-            check_private_dir(data_dir, allow_root=True)
+            check_private_dir(data_dir, client=True)
             token = read_local_token(data_dir) or config.http.token
         except (NotPrivate, OSError):
             token = config.http.token

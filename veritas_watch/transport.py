@@ -59,15 +59,16 @@ class NotPrivate(Exception):
     """A directory others may enter or write: no socket is served or trusted in it."""
 
 
-def check_private_dir(directory: Path, *, allow_root: bool = False) -> os.stat_result:
-    """The directory's stat, if it is this user's (or root's, when allowed) and no one else may write it.
-    Its group and others may not even enter it when the server checks (`mode & 0o077`); a client only needs
-    it not to be writable by them (no one else can put a socket there)."""
+def check_private_dir(directory: Path, *, client: bool = False) -> os.stat_result:
+    """The directory's stat, if it is this user's and no one else may write it. The server's own check is
+    this (and `mode & 0o077`: others may not even enter). A client also trusts root's directory, and root
+    trusts any user's (the system service's data dir is its user's): what it needs is that no one but that
+    owner could have put the socket or the token there."""
     st = os.stat(directory)
     if not stat.S_ISDIR(st.st_mode):
         raise NotPrivate(f"{directory} is not a directory")
-    owners = {os.geteuid(), 0} if allow_root else {os.geteuid()}
-    if st.st_uid not in owners:
+    owners = {os.geteuid(), 0} if client else {os.geteuid()}
+    if st.st_uid not in owners and not (client and os.geteuid() == 0):
         raise NotPrivate(f"{directory} is owned by uid {st.st_uid}, not by this user (uid {os.geteuid()})")
     if st.st_mode & 0o022:
         raise NotPrivate(f"{directory} is writable by other users (mode {oct(st.st_mode & 0o777)})")

@@ -49,7 +49,10 @@ export function untrustedBecause(dir) {
   }
   const uid = process.getuid();
   if (!st.isDirectory()) return `${dir} is not a directory`;
-  if (st.uid !== uid && st.uid !== 0) return `${dir} belongs to uid ${st.uid}, not to this user (uid ${uid}) or root`;
+  // root trusts any user's directory (the system service's data dir is its user's)
+  if (st.uid !== uid && st.uid !== 0 && uid !== 0) {
+    return `${dir} belongs to uid ${st.uid}, not to this user (uid ${uid}) or root`;
+  }
   if (st.mode & 0o022) return `${dir} is writable by other users (mode ${(st.mode & 0o777).toString(8)})`;
   return undefined;
 }
