@@ -128,7 +128,7 @@ def erase_session(config: Config, agent_id: str, sessions: frozenset[str], db: s
     Logged once when anything was there (a restart looks again and finds nothing)."""
 
     def cleanup(store: Store) -> None:
-        points = 0
+        points = None  # counted (and logged, `session_forgotten`) by `then` when given
         if then is not None:
             then(store)
         elif ids := session_points(store, agent_id, sessions):
