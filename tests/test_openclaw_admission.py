@@ -93,7 +93,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     extra = {"hooks": HOOKS, "plugins": {"entries": {"memory-core": {"config": {
         "memoryPolicy": {"excludeSessions": POLICY}}}}}}
     identity = pyrage.x25519.Identity.generate()
-    config = {"credentials": {"vault_recipient": str(identity.to_public())}, "watch": {"sweep_max_interval": 2.0}}
+    config: dict[str, dict[str, object]] = {"credentials": {"vault_recipient": str(identity.to_public())},
+                                            "watch": {"sweep_max_interval": 2.0}}
     agents = {"main": {"name": "Main", "workspace": str(root / "main-workspace")}}
     with running_gateway(openclaw, root, agents, extra_config=extra) as gw:
         gw.workspace("main").mkdir(parents=True, exist_ok=True)
