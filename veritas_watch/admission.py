@@ -101,6 +101,15 @@ def exclusion_reason(meta: SessionMetadata | None, policy: AdmissionPolicy) -> s
     return None
 
 
+def still_excluded(reason: str, policy: AdmissionPolicy) -> bool:
+    """Whether `policy` still names what an earlier `exclusion_reason` gave `reason` for (a session whose metadata
+    is gone with its window, deleted since)."""
+    kind, _, value = reason.partition(":")
+    lists = {"hookExternalContentSource": policy.hook_sources, "channel": policy.channels,
+             "chatType": policy.chat_types}
+    return value in lists.get(kind, frozenset())
+
+
 def openclaw_policy(config: Mapping[str, object]) -> AdmissionPolicy:
     """The policy written in openclaw.json (`plugins.entries.memory-core.config.memoryPolicy.excludeSessions`).
     It is memory-core's config, read whether or not memory-core is enabled: with veritas-watch in the memory

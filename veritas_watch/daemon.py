@@ -584,7 +584,10 @@ class Running:
         rt = self.rt
         found = await asyncio.to_thread(rt.archives.sweep, agents)
         loop = asyncio.get_running_loop()
-        for agent, path, key, kind in found:
+        for agent, path, key, kind in list(found):
+            if session_stem(path) in rt.sqlite.kept_out(agent.agent_id):
+                found.remove((agent, path, key, kind))  # no work: a sweep finding only these is idle
+                continue  # a deleted session the admission policy excludes: unread while its exclusion is known
             unit = await asyncio.to_thread(rt.archives.read, agent, path, key, kind)
             if unit is None:
                 continue

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import structlog
 
-from veritas_watch.admission import FORGOTTEN, AdmissionPolicy, reason_counts
+from veritas_watch.admission import FORGOTTEN, AdmissionPolicy, reason_counts, still_excluded
 from veritas_watch.model import ConversationEnd, SessionState
 from veritas_watch.openclaw import AgentDirs, TranscriptDb
 from veritas_watch.sinks.store import Store
@@ -90,6 +90,9 @@ class SqliteFeed:
         # Agents found in another agent's database (a shared `session.store`): polled like the others.
         self._shared: dict[str, TranscriptDb] = {}
         self._excluded_told: set[tuple[str, str, str]] = set()  # (db, session, reason) logged by this process
+        # agent -> sessions seen excluded and not admitted since: kept after the session is deleted (its window
+        # gone, its metadata with it), so its deletion archive is not read while this process remembers it
+        self._kept_out: dict[str, dict[str, str]] = {}  # agent -> session -> reason
 
     def poll(self, source: TranscriptDb, max_bytes: int = DEFAULT_MAX_BYTES, *, policy: AdmissionPolicy | None = None,
              forgotten: AbstractSet[str] = frozenset()) -> SqlitePoll | None:
@@ -129,6 +132,12 @@ class SqliteFeed:
         health.forgotten = result.forgotten
         health.other_agents = result.other_agents
         health.excluded = result.excluded
+        present = {s.session_id for s in result.sessions}
+        kept, now = self._kept_out.setdefault(agent_id, {}), policy or AdmissionPolicy()
+        for sid, reason in list(kept.items()):  # admitted now: present and not excluded, or the rule went
+            if (sid in present and sid not in result.excluded) or not still_excluded(reason, now):
+                del kept[sid]
+        kept.update(result.excluded)
         for sid, reason in sorted(result.excluded.items()):
             if (db, sid, reason) not in self._excluded_told:  # once per session and reason, not every sweep
                 self._excluded_told.add((db, sid, reason))
@@ -217,6 +226,10 @@ class SqliteFeed:
         point_ids = {sid: (states[sid].session.session_id if sid in states else None) or sid for sid in due}
         return [(SqliteUnit(db, sid, None), forget_points(poll.agent_id, poll.db_path, sid, point_ids[sid]))
                 for sid in due]
+
+    def kept_out(self, agent_id: str) -> frozenset[str]:
+        """The agent's sessions the admission policy excludes, deleted ones included (as far as this process saw)."""
+        return frozenset(self._kept_out.get(agent_id, {}))
 
     def forgotten(self, agent_id: str) -> frozenset[str]:
         """The sessions forgotten in this agent's database, as its last poll saw them."""
