@@ -474,7 +474,22 @@ def test_cold_archived_session_is_not_a_rewrite(tmp_path: Path) -> None:
         assert result.batches == ()
         assert lead.cursors[sid] == cursor and lead.store == before
         (info,) = result.sessions
-        assert info.cold_archived and info.last_seq is None
+        assert info.cold_archived and info.last_seq == cursor.next_seq - 1  # the archive's: nothing left to read
+
+
+def test_the_unread_rows_of_a_cold_session_count_as_lag(tmp_path: Path) -> None:
+    """`status` lag is last_seq + 1 - the cursor: a session OpenClaw moved to cold storage before it was read
+    reports the last seq its archive holds (it once reported none, so lag said 0 while rows waited)."""
+    path = make_db(tmp_path, "v23")
+    with OpenClawWriter(path) as writer, SqliteTranscriptReader(path, AGENT) as reader:
+        sid = writer.create_session("agent:main:main")
+        writer.append(sid, message_event("one"), message_event("two"))
+        writer.cold_archive(sid)
+        (info,) = reader.poll({}, max_rows=1).sessions
+        assert info.cold_archived and info.last_seq == 2
+        lead = Lead(reader)
+        lead.drain()
+        assert lead.cursors[sid].next_seq == 3
 
 
 @pytest.mark.parametrize("storage", ["file", "sqlite"])

@@ -153,7 +153,7 @@ class SessionInfo:
     ended_at: int | None  # epoch ms, as OpenClaw recorded it: when the last run finished
     reason: str | None  # initial, reset, rollover, fork, rewind, switch, recovery, compaction
     cold_archived: bool  # its rows were moved to a cold archive file (schema 20+)
-    last_seq: int | None  # highest seq (None: no rows); lag = last_seq + 1 - cursor.next_seq
+    last_seq: int | None  # highest seq, in its cold archive if there (None: no rows); lag = last_seq + 1 - next_seq
     last_created_at: int | None  # created_at (the event's own time, epoch ms) of the last row
 
 
@@ -662,7 +662,8 @@ class SqliteTranscriptReader:
                 snap.metadata[sid] = session_metadata(
                     channel=_text(channel), chat_type=_text(chat_type), hook_column=_text(hook),
                     provenance=_int(provenance), entry_hook_source=_text(entry_hook_source))
-                last_seq, last_created = snap.stats.get(sid, (None, None))
+                # a session in cold storage: the last seq its archive holds (what is unread there is lag too)
+                last_seq, last_created = snap.stats.get(sid, (snap.cold_last_seq.get(sid), None))
                 found[sid] = SessionInfo(
                     session_id=sid,
                     session_key=_text(key),
