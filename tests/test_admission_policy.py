@@ -309,3 +309,21 @@ def test_an_excluded_session_deleted_leaves_its_archive_unread_until_the_rule_go
         assert texts(daemon) == {"The mooring fee is paid.", "The winter berth is booked."}
         _openclaw_json(state, None)
         wait_for(lambda: "Group: the crew dinner is on Friday." in texts(daemon), what="the archive read once admitted")
+
+
+def test_forget_takes_a_session_key_for_each_of_its_windows(tmp_path: Path) -> None:
+    """As `openclaw memory forget --session` reads it: an id names one session, a key every window of that key
+    (a reset opened a second one) in the agent's own sessions."""
+    from veritas_watch.forget import resolve_sessions
+
+    state = tmp_path / "state"
+    path = create_database(state / "agents" / "main" / "agent" / "openclaw-agent.sqlite")
+    with OpenClawWriter(path) as writer:
+        first = writer.create_session("agent:main:private")
+        _, second = writer.reset("agent:main:private")
+        other = writer.create_session("agent:main:main")
+    config = load_config(None, {"OPENCLAW_STATE_DIR": str(state), "VERITAS_WATCH_DATA_DIR": str(tmp_path / "d")})
+    assert resolve_sessions(config, "main", "agent:main:private") == {first, second}
+    assert resolve_sessions(config, "main", other) == {other}
+    assert resolve_sessions(config, "main", "agent:main:Private") == {"agent:main:Private"}  # exact: none
+    assert resolve_sessions(config, "ops", "agent:main:private") == {"agent:main:private"}  # not ops's

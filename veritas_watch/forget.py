@@ -15,7 +15,7 @@ import sqlite3
 import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -26,7 +26,7 @@ from veritas_watch.admission import AdmissionPolicy, PolicyReader
 from veritas_watch.config import Config
 from veritas_watch.features.credentials import forget_index_rows, forget_pending_rows, forget_vault_entries
 from veritas_watch.features.gaps.store import GapStore
-from veritas_watch.openclaw import InvalidAgentId, agent_workspace
+from veritas_watch.openclaw import InvalidAgentId, agent_workspace, iter_agents, transcript_dbs
 from veritas_watch.sinks.store import Store
 
 log = structlog.get_logger()
@@ -93,8 +93,9 @@ class Erased:
     vault_entries: int = 0
     gap_records: int = 0
     pending_rows: int = 0
+    sessions: tuple[str, ...] = ()  # the session ids forgotten (a key names each of its windows)
 
-    def to_dict(self) -> dict[str, int | None]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
@@ -189,12 +190,32 @@ def _daemon_points(daemon: Daemon, agent_id: str, sessions: frozenset[str]) -> i
     return count
 
 
-def forget_command(config: Config, agent_id: str, session_id: str, *, dry_run: bool, daemon: Daemon | None,
+def resolve_sessions(config: Config, agent_id: str, selector: str) -> frozenset[str]:
+    """The sessions `selector` names, as `openclaw memory forget --session` reads it: a session id (exact), or a
+    session key, which names every window of that key in the agent's SQLite stores (its sessions only)."""
+    from veritas_watch.sources.sqlite import SqliteSourceError, SqliteTranscriptReader
+
+    found: set[str] = set()
+    agents = [a for a in iter_agents(config.state_dir) if a.agent_id == agent_id]
+    for db in transcript_dbs(config.state_dir, agents):
+        if db.agent_id != agent_id or not db.path.is_file():
+            continue
+        try:
+            with SqliteTranscriptReader(db.path, agent_id, key=db.key) as reader:
+                sessions = reader.poll({}, max_rows=1, max_bytes=1).sessions
+        except SqliteSourceError:
+            continue
+        found.update(s.session_id for s in sessions if s.session_key == selector)
+    return frozenset(found or {selector})
+
+
+def forget_command(config: Config, agent_id: str, selector: str, *, dry_run: bool, daemon: Daemon | None,
                    open_store: Callable[[], Store], wait_s: float = 120.0) -> Erased:
     """`veritas-watch forget`: record the request (durable first), erase the records outside the store, then the
     memories: directly when no daemon runs (this process owns the store), else the daemon removes them at its
-    next sweep and this waits until its /export no longer has them (up to `wait_s`; they go in any case)."""
-    sessions = frozenset({session_id})
+    next sweep and this waits until its /export no longer has them (up to `wait_s`; they go in any case).
+    `selector`: a session id or key (`resolve_sessions`)."""
+    sessions = resolve_sessions(config, agent_id, selector)
     if dry_run:
         records = erase_records(config, agent_id, sessions, dry_run=True)
         if daemon is not None:
@@ -205,7 +226,7 @@ def forget_command(config: Config, agent_id: str, session_id: str, *, dry_run: b
                 memories = len(session_points(store, agent_id, sessions))
             finally:
                 store.close()
-        return Erased(memories, records.index_rows, records.vault_entries, records.gap_records, records.pending_rows)
+        return replace(records, memories=memories, sessions=tuple(sorted(sessions)))
     requests = ForgetRequests(config.data_dir)
     try:
         requests.add(agent_id, sessions)
@@ -220,9 +241,9 @@ def forget_command(config: Config, agent_id: str, session_id: str, *, dry_run: b
             time.sleep(0.5)
             left = _daemon_points(daemon, agent_id, sessions)
         if left:
-            raise TimeoutError(f"the daemon has not removed {left} memories of {session_id} yet; it will (the request "
+            raise TimeoutError(f"the daemon has not removed {left} memories of {selector} yet; it will (the request "
                                "is recorded): run `veritas-watch forget --dry-run` again to see")
-        return Erased(before, records.index_rows, records.vault_entries, records.gap_records, records.pending_rows)
+        return replace(records, memories=before, sessions=tuple(sorted(sessions)))
     store = open_store()
     try:
         ids = session_points(store, agent_id, sessions)
@@ -232,11 +253,12 @@ def forget_command(config: Config, agent_id: str, session_id: str, *, dry_run: b
     finally:
         store.close()
     records = erase_records(config, agent_id, sessions)
-    return Erased(len(ids), records.index_rows, records.vault_entries, records.gap_records, records.pending_rows)
+    return replace(records, memories=len(ids), sessions=tuple(sorted(sessions)))
 
 
-def render(agent_id: str, session_id: str, erased: Erased, *, dry_run: bool) -> list[str]:
+def render(agent_id: str, selector: str, erased: Erased, *, dry_run: bool) -> list[str]:
     verb = "would remove" if dry_run else "removed"
-    return [f"{agent_id} session {session_id}: {verb} {erased.memories} memories, {erased.index_rows} "
+    named = "" if erased.sessions == (selector,) else f" ({', '.join(erased.sessions)})"
+    return [f"{agent_id} session {selector}{named}: {verb} {erased.memories} memories, {erased.index_rows} "
             f"CREDENTIALS_INDEX.md rows ({erased.pending_rows} waiting), {erased.vault_entries} vault entries, "
             f"{erased.gap_records} gap records"]
