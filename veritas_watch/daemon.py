@@ -345,6 +345,7 @@ class Daemon:
             log.info("config_reloaded", log_level=fresh.log.level)
         except Exception as exc:
             log.error("config_reload_failed", error=str(exc))
+        self.hint.set()  # and a sweep now: what changed outside the transcripts (`veritas-watch forget`) is read
         self.notifier.notify("READY=1")
 
 

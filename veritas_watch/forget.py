@@ -10,7 +10,10 @@ so neither a running daemon, a crash half-way nor a restart brings any of it bac
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import sqlite3
 import time
 import urllib.parse
@@ -177,6 +180,9 @@ class Consent:
 
 
 class Daemon(Protocol):
+    @property
+    def pid(self) -> int: ...
+
     def open(self, path: str, body: dict[str, Any] | None = None, timeout: float = 60.0) -> Any: ...
 
 
@@ -235,6 +241,8 @@ def forget_command(config: Config, agent_id: str, selector: str, *, dry_run: boo
     if daemon is not None:
         before = _daemon_points(daemon, agent_id, sessions)
         records = erase_records(config, agent_id, sessions)
+        with contextlib.suppress(OSError):  # a sweep now (a reload does one); another user's daemon: its next sweep
+            os.kill(daemon.pid, signal.SIGHUP)
         deadline = time.monotonic() + wait_s
         left = before
         while left and time.monotonic() < deadline:
