@@ -48,14 +48,48 @@ PROBE_AGENT = "zzprobe"  # sorts last; its transcript only ever holds lines that
 ConfigTree = Mapping[str, Mapping[str, object]]
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, interval: float = 0.1, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
+def time_scale() -> float:
+    """How much slower than a quiet machine this one is now: $VERITAS_TEST_TIME_SCALE, else the load average
+    per core (1 on a quiet box, 5 at load 10 on 2 cores). A budget that is still a wall-clock one grows by it."""
+    configured = os.environ.get("VERITAS_TEST_TIME_SCALE")
+    if configured:
+        return max(1.0, float(configured))
+    return min(20.0, max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1)))
+
+
+# The daemons this test process runs: while any of them makes progress, a wait is not stalled.
+_LIVE: list[DaemonClient] = []
+
+
+def daemons_progress() -> tuple[object, ...]:
+    """What changes whenever a live daemon gets on with its work (its cursors commit)."""
+    for client in [c for c in _LIVE if not c.alive()]:  # ended by itself (a backfill) or killed
+        _LIVE.remove(client)
+    return tuple(client.progress() for client in list(_LIVE))
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, interval: float = 0.1, what: str = "",
+             progress: Callable[[], object] | None = None) -> Any:
+    """Until `predicate()` is true. Fails only after `timeout` seconds (times `time_scale()`) in which nothing
+    progressed: `progress()` (default: the cursors of the daemons this process runs) changing restarts the
+    window, so a slow machine that is getting there is waited for, and a stuck daemon still fails."""
+    window = timeout * time_scale()
+    watch = progress if progress is not None else daemons_progress
+    seen = watch()
+    checked = last_progress = time.monotonic()
     while True:
         value = predicate()
         if value:
             return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+        now = time.monotonic()
+        if now - checked >= 0.5:  # a few stats a second: cheap beside what is waited for
+            checked = now
+            current = watch()
+            if current != seen:
+                seen, last_progress = current, now
+        if now - last_progress > window:
+            raise AssertionError(f"timed out: no progress for {window:.0f}s (timeout {timeout}s x load scale "
+                                 f"{window / timeout:.1f}) waiting for {what or predicate}")
         time.sleep(interval)
 
 
@@ -239,6 +273,29 @@ class DaemonClient:
     def probe_path(self) -> Path:
         return self.state_dir / "agents" / PROBE_AGENT / "sessions" / "probe.jsonl"
 
+    def progress(self) -> object:
+        """Changes whenever the daemon commits (each cursor write lands in `cursors.sqlite` or its WAL)."""
+        marks: list[object] = [self.alive()]
+        for name in ("cursors.sqlite", "cursors.sqlite-wal"):
+            try:
+                st = os.stat(self.data_dir / name)
+                marks.append((st.st_size, st.st_mtime_ns))
+            except OSError:
+                marks.append(None)
+        return tuple(marks)
+
+    def alive(self) -> bool:
+        """Whether the daemon still runs (a dead one makes no progress: its waits fail at once)."""
+        return True
+
+    def _daemon_progress(self) -> object:
+        if not self.alive():
+            raise AssertionError(f"the daemon died while waited for: {self.describe_death()}")
+        return self.progress()
+
+    def describe_death(self) -> str:
+        return "stopped"
+
     def _probe(self, timeout: float) -> None:
         """Append one probe line and wait until a sweep read it and its cursor committed."""
         self._probes += 1
@@ -249,7 +306,7 @@ class DaemonClient:
         size = path.stat().st_size
         key = file_key(path)
         wait_for(lambda: (c := self.cursors().get(key)) is not None and c.offset >= size,
-                 timeout=timeout, interval=0.02, what="probe line committed")
+                 timeout=timeout, interval=0.02, what="probe line committed", progress=self._daemon_progress)
 
     def unread_on_disk(self) -> list[str]:
         """Transcripts on disk with complete lines no committed cursor covers."""
@@ -268,20 +325,24 @@ class DaemonClient:
                 and not self.unread_on_disk())
 
     def wait_idle(self, timeout: float | None = None) -> None:
-        # $VERITAS_TEST_IDLE_TIMEOUT shortens the wait when a broken build is expected to fail fast.
+        """Until everything on disk is stored. `timeout`: how long the daemon may make no progress at all (its
+        cursors still) before this fails, times `time_scale()`; a backlog that is being stored is waited for.
+        $VERITAS_TEST_IDLE_TIMEOUT shortens it when a broken build is expected to fail fast."""
         timeout = timeout if timeout is not None else float(os.environ.get("VERITAS_TEST_IDLE_TIMEOUT", "120"))
-        deadline = time.monotonic() + timeout
+        window = timeout * time_scale()
+        seen, last_progress = self._daemon_progress(), time.monotonic()
         while True:
-            left = max(1.0, deadline - time.monotonic())
-            self._probe(left)
-            self._probe(left)
+            self._probe(timeout)
+            self._probe(timeout)
             # Gap detection's start-up scan waits for a sweep that reads nothing: no probe while it is due.
-            wait_for(lambda: not self.status()["gap_scan_pending"], timeout=left, interval=0.05,
-                     what="gap detection's start-up scan")
+            wait_for(lambda: not self.status()["gap_scan_pending"], timeout=timeout, interval=0.05,
+                     what="gap detection's start-up scan", progress=self._daemon_progress)
             if self.idle():
                 return
-            if time.monotonic() > deadline:
-                raise AssertionError(f"daemon not idle after {timeout}s: status={self.status()} "
+            if (current := self._daemon_progress()) != seen:
+                seen, last_progress = current, time.monotonic()
+            if time.monotonic() - last_progress > window:
+                raise AssertionError(f"daemon not idle, no progress for {window:.0f}s: status={self.status()} "
                                      f"unread={self.unread_on_disk()[:10]}")
             time.sleep(0.1)
 
@@ -321,7 +382,7 @@ class DaemonProcess(DaemonClient):
     def cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[bytes]:
         """Run another CLI command against the same state and data dirs."""
         return subprocess.run([sys.executable, "-m", "veritas_watch.cli", *args], env=self.env,
-                              capture_output=True, check=True, timeout=timeout)
+                              capture_output=True, check=True, timeout=timeout * time_scale())
 
     def start(self, *args: str, wait: bool = True) -> DaemonProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -330,13 +391,31 @@ class DaemonProcess(DaemonClient):
         self._log_handle = open(self.log_path, "ab")  # noqa: SIM115 - lives as long as the process
         self.proc = subprocess.Popen([*self.wrapper, sys.executable, "-m", "veritas_watch.cli", *(args or ("run",))],
                                      env=self.env, stdout=self._log_handle, stderr=subprocess.STDOUT)
+        _LIVE.append(self)
         if wait and (not args or args[0] == "run"):
             self.wait_ready()
         return self
 
     def wait_ready(self, timeout: float = 120) -> None:
-        """Until the HTTP port is published (the daemon is up); fails if the process exits first."""
-        wait_for(self._ready, timeout=timeout, what="daemon ready")
+        """Until the HTTP port is published (the daemon is up); fails if the process exits first, or when its
+        start-up logged nothing new for `timeout` seconds (times `time_scale()`)."""
+        wait_for(self._ready, timeout=timeout, what="daemon ready", progress=self._log_size)
+
+    def _log_size(self) -> object:
+        with contextlib.suppress(OSError):
+            return self.log_path.stat().st_size
+        return None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def describe_death(self) -> str:
+        code = self.proc.returncode if self.proc is not None else None
+        return f"exited with {code}:\n{self.log_text()[-3000:]}"
+
+    def _gone(self) -> None:
+        with contextlib.suppress(ValueError):
+            _LIVE.remove(self)
 
     def _ready(self) -> bool:
         if self.proc is not None and self.proc.poll() is not None:
@@ -356,7 +435,8 @@ class DaemonProcess(DaemonClient):
         assert self.proc is not None
         self.resume()
         self.proc.send_signal(sig)
-        code = self.proc.wait(timeout=timeout)
+        code = self.proc.wait(timeout=timeout * time_scale())
+        self._gone()
         self._log_handle.close()
         return code
 
@@ -364,6 +444,7 @@ class DaemonProcess(DaemonClient):
         assert self.proc is not None
         self.proc.kill()
         self.proc.wait(timeout=30)
+        self._gone()
         self._log_handle.close()
 
     def pause(self) -> None:
@@ -451,8 +532,15 @@ class InProcessDaemon(DaemonClient):
 
         self._thread = threading.Thread(target=run, name="daemon", daemon=True)
         self._thread.start()
+        _LIVE.append(self)
         wait_for(self._ready, timeout=120, what="in-process daemon ready")
         return self
+
+    def alive(self) -> bool:
+        return self._error is None and self._thread is not None and self._thread.is_alive()
+
+    def describe_death(self) -> str:
+        return f"daemon thread ended: {self._error!r}"
 
     def _ready(self) -> bool:
         if self._error is not None:
@@ -475,7 +563,9 @@ class InProcessDaemon(DaemonClient):
             return
         with contextlib.suppress(RuntimeError):
             self._loop.call_soon_threadsafe(self.daemon.stop_event.set)
-        self._thread.join(timeout)
+        with contextlib.suppress(ValueError):
+            _LIVE.remove(self)
+        self._thread.join(timeout * time_scale())
         if self._thread.is_alive():
             faulthandler.dump_traceback(all_threads=True)  # where it hangs, for the test log
 
