@@ -108,17 +108,23 @@ def _poll(reader: SqliteTranscriptReader, cursors: dict[str, SessionCursor], p: 
     return result
 
 
+def three_sessions(writer: OpenClawWriter, agent: str) -> tuple[str, str, str]:
+    """A Gmail hook's session, a Telegram group and a direct chat, with what OpenClaw records of each."""
+    mail = writer.create_session(f"agent:{agent}:hook:gmail:abc")
+    group = writer.create_session(f"agent:{agent}:telegram:group:-100")
+    direct = writer.create_session(f"agent:{agent}:main")
+    writer.set_metadata(mail, hook_source="gmail")
+    writer.set_metadata(group, channel="telegram", chat_type="group")
+    writer.set_metadata(direct, channel="telegram", chat_type="direct")
+    return mail, group, direct
+
+
 def test_reader_leaves_excluded_sessions_unread_until_the_rule_goes(tmp_path: Path) -> None:
     path = create_database(tmp_path / "agents" / "main" / "agent" / "openclaw-agent.sqlite")
     rule = policy(hookExternalContentSources=["gmail"], chatTypes=["group"])
     with OpenClawWriter(path) as writer, SqliteTranscriptReader(path, "main") as reader:
-        mail = writer.create_session("agent:main:hook:gmail:abc")
-        group = writer.create_session("agent:main:telegram:group:-100")
-        direct = writer.create_session("agent:main:main")
+        mail, group, direct = three_sessions(writer, "main")
         imap = writer.create_session("agent:main:hook:email:xyz")
-        writer.set_metadata(mail, hook_source="gmail")
-        writer.set_metadata(group, channel="telegram", chat_type="group")
-        writer.set_metadata(direct, channel="telegram", chat_type="direct")
         writer.set_metadata(imap, hook_source="email")
         for sid in (mail, group, direct, imap):
             writer.append(sid, message_event(f"said in {sid}"))
@@ -183,13 +189,8 @@ def test_daemon_keeps_excluded_sessions_out_and_forgets_a_session_everywhere(tmp
         return {p["payload"]["data"] for p in daemon.export("ops")}  # type: ignore[attr-defined]
 
     with OpenClawWriter(path) as writer:
-        mail = writer.create_session("agent:ops:hook:gmail:1")
-        group = writer.create_session("agent:ops:telegram:group:-100")
-        direct = writer.create_session("agent:ops:main")
+        mail, group, direct = three_sessions(writer, "ops")
         private = writer.create_session("agent:ops:telegram:direct:42")
-        writer.set_metadata(mail, hook_source="gmail")
-        writer.set_metadata(group, channel="telegram", chat_type="group")
-        writer.set_metadata(direct, channel="telegram", chat_type="direct")
         writer.set_metadata(private, channel="telegram", chat_type="direct")
         writer.append(mail, message_event("Invoice 4471 from the marina is due Friday.", event_id="m1"))
         writer.append(group, message_event("Group: the regatta moved to Sunday.", event_id="g1"))

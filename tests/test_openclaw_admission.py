@@ -21,8 +21,6 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import Any
 
 import pyrage
 import pytest
@@ -30,6 +28,7 @@ import pytest
 from tests.daemon_harness import DaemonProcess, read_db_cursors, wait_for
 from tests.mock_model import Plan
 from tests.openclaw_harness import OpenClawGateway, install_or_skip, running_gateway
+from tests.test_openclaw_cold_storage import World, say
 from veritas_watch.features.credentials import INDEX_FILE, read_index
 
 pytestmark = pytest.mark.long
@@ -49,18 +48,6 @@ GMAIL = {"messages": [{"id": "18c2f0", "from": "billing@acme.example", "subject"
 MAIL_SUMMARY = "Acme invoice 4411: 340 EUR due Friday."
 WEBHOOK = ("New ticket: the marina gate code changes on Monday.", "Marina gate code changes Monday.")
 WEBHOOK_KEY = "hook:tickets:77"
-
-
-@dataclass
-class World:
-    gateway: OpenClawGateway
-    daemon: DaemonProcess
-    notes: dict[str, Any] = field(default_factory=dict)
-
-
-def say(gw: OpenClawGateway, turn: tuple[str, str], session_key: str | None = None) -> None:
-    gw.model.plan(turn[0], Plan(reply=turn[1]))
-    assert turn[1] in gw.agent("main", turn[0], session_key=session_key).reply
 
 
 def session_of(gw: OpenClawGateway, key: str) -> str:
