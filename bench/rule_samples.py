@@ -45,6 +45,11 @@ The recall corpora of tests/secret_corpus_public.py are built from secrets nobod
   a rule's snapshot tests names, with the test input as its example text; cases without findings are negative
   examples; values generated from the rules' regex literals (`secretlint_samples`). Measured blind first.
 
+- seventh set, held out (issue 37): semgrep-rules' own secret rules (`generic/secrets/security/*.yaml` and the
+  test file beside each): the secret of every `ruleid:` case (the rule's `SECRET` group, else its match), the
+  case as its example text; `ok:` cases are negative examples; values generated from the rules' regexes.
+  Measured once, its misses not read.
+
 Every set: a URL with a password in its userinfo gives the password; a sample that is a published example
 (the detector's `is_documented_example`) is `documented_example`, test filler (`abc123def456...`,
 `1234567890`, a unit said three times) is `filler`, and neither is counted by the recall measurement.
@@ -58,6 +63,7 @@ checkouts of the repositories to regenerate:
   .venv/bin/python bench/rule_samples.py --kingfisher ../kingfisher
   .venv/bin/python bench/rule_samples.py --detect-secrets ../detect-secrets
   .venv/bin/python bench/rule_samples.py --secretlint ../secretlint
+  .venv/bin/python bench/rule_samples.py --semgrep ../semgrep-rules
 """
 
 from __future__ import annotations
@@ -1159,6 +1165,110 @@ def secretlint_samples(root: Path, rng: random.Random) -> list[dict[str, Any]]:
 SECRET_MARK = "<SECRET>"
 
 
+# ---------------------------------------------------------------------------------------------
+# semgrep
+
+
+def _sg_regexes(node: Any) -> list[str]:
+    """Every `pattern-regex` of a semgrep rule, however deep in `patterns` / `pattern-either`."""
+    if isinstance(node, dict):
+        found = [node["pattern-regex"]] if isinstance(node.get("pattern-regex"), str) else []
+        return found + [r for v in node.values() for r in _sg_regexes(v)]
+    if isinstance(node, list):
+        return [r for v in node for r in _sg_regexes(v)]
+    return []
+
+
+def _sg_cases(text: str, rid: str) -> list[tuple[bool, str]]:
+    """(expected, text) of each case of a semgrep test file: the lines after a `ruleid:` (a finding) or `ok:`
+    (none) comment, up to the next blank line or comment."""
+    cases: list[tuple[bool, str]] = []
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        m = re.search(r"\b(ruleid|ok):\s*([\w.\-]+)", line)
+        if not m or m.group(2) != rid:
+            continue
+        body: list[str] = []
+        for nxt in lines[i + 1 :]:
+            if not nxt.strip() or re.search(r"\b(?:ruleid|ok|todoruleid):", nxt):
+                break
+            body.append(nxt)
+        if body:
+            cases.append((m.group(1) == "ruleid", "\n".join(body)))
+    return cases
+
+
+# Rules that find no credential value: a service-account file's `"type"`, a PEM header without its body, an
+# /etc/shadow line, a password hash, `sshpass -p` (its test holds a one-character password)
+_SG_NO_VALUE = frozenset({"detected-google-gcm-service-account", "detected-pgp-private-key-block",
+                          "detected-etc-shadow", "detected-bcrypt-hash", "detected-ssh-password"})
+# A match that took the setting's name with it (`HEROKU_API_KEY = <key>`, `hockeyapp_key">`): the value after it
+_SG_NAMED_RE = re.compile(r"[A-Za-z_][\w.\-]*[\"']?\s*(?:[=:>]|\s)\s*[\"']?(?P<value>[^\s\"']+)[\"']?")
+
+
+_SG_URL_SECRET_RE = re.compile(r"[?&][\w]*(?:secret|token|password|key)=(?P<value>[^&\s\"']+)")
+# What a sloppy character class (`[\w\-_]`, read as a range from `\` to `_`) lets the generator write: no key holds it
+_SG_RANGE_DEBRIS_RE = re.compile(r"[\\\[\]^`]")
+
+
+def _sg_value(match: str) -> str | None:
+    if "://" in match or "?" in match:
+        param = _SG_URL_SECRET_RE.search(match)  # `facebook.com/oauth/access_token?…&client_secret=<secret>`
+        return param.group("value") if param else _clean(match)
+    named = _SG_NAMED_RE.fullmatch(match.strip())
+    value = _clean(named.group("value") if named else match)
+    return value if len(value) >= 8 and not re.search(r"\s", value) else None
+
+
+def semgrep_samples(root: Path, rng: random.Random) -> list[dict[str, Any]]:
+    """semgrep-rules' own secret rules (`generic/secrets/security/`; `gitleaks/` beside it is a copy of gitleaks'
+    rules, not used): the secret each `ruleid:` test case holds (found with the rule's regexes: the `SECRET`
+    group where it names one, else the match), the case as its example text; `ok:` cases are negative
+    examples; values generated from the regexes."""
+    out: list[dict[str, Any]] = []
+    for path in sorted((root / "generic" / "secrets" / "security").glob("*.yaml")):
+        spec = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        for rule in spec.get("rules") or ():
+            rid = str(rule.get("id", path.stem))
+            if rid in _SG_NO_VALUE:
+                continue
+            ident = _identifier(rid.removeprefix("detected-"), [])
+            base = {"source": "semgrep", "rule": rid, "family": _family(rid), "ident": ident}
+            compiled: list[tuple[str, re.Pattern[str]]] = []
+            for pattern in _sg_regexes(rule):
+                py, flags = to_python(pattern.replace("(?<SECRET>", "(?P<SECRET>"))
+                try:
+                    compiled.append((pattern, re.compile(py, flags)))
+                except re.error:
+                    continue
+            seen: set[str] = set()
+            tests = [p for p in path.parent.glob(path.stem + ".*") if p.suffix != ".yaml"]
+            for test in tests:
+                for expected, text in _sg_cases(test.read_text(encoding="utf-8", errors="replace"), rid):
+                    if not expected:
+                        out.append({**base, "secret": "", "origin": "negative", "example": text})
+                        continue
+                    hits = [m for _, r in compiled if (m := r.search(text))]
+                    if not hits:
+                        continue
+                    m = max(hits, key=lambda h: len(h.group()))
+                    raw = m.group("SECRET") if "SECRET" in m.re.groupindex and m.group("SECRET") else m.group()
+                    secret = _sg_value(raw)
+                    if secret and secret not in seen:
+                        seen.add(secret)
+                        out.append({**base, "secret": secret, "origin": "literal", "example": text})
+            for pattern, r in compiled:
+                group = r.groupindex.get("SECRET")
+                if group is None and re.search(r"\.[{*]|\\s", pattern):
+                    continue  # a value with context around it and no group to say where the value is
+                for generated in generate(pattern.replace("(?<SECRET>", "(?P<SECRET>"), group, rng, PER_RULE // 2):
+                    secret = _sg_value(generated)
+                    if secret and secret not in seen and not _SG_RANGE_DEBRIS_RE.search(secret):
+                        seen.add(secret)
+                        out.append({**base, "secret": secret, "origin": "generated"})
+    return out
+
+
 def detect_secrets_shapes(root: Path) -> list[dict[str, str]]:
     """The lines detect-secrets' keyword tests expect a secret in, the secret replaced by `SECRET_MARK`.
 
@@ -1203,6 +1313,7 @@ def main() -> None:
     parser.add_argument("--trufflehog", type=Path, help="a trufflehog checkout")
     parser.add_argument("--kingfisher", type=Path, help="a kingfisher checkout")
     parser.add_argument("--secretlint", type=Path, help="a secretlint checkout")
+    parser.add_argument("--semgrep", type=Path, help="a semgrep-rules checkout (held out: issue 37)")
     parser.add_argument("--detect-secrets", type=Path, help="a detect-secrets checkout (code-line shapes)")
     parser.add_argument("--seed", type=int, default=20261201)
     parser.add_argument("--out", type=Path, default=OUT,
@@ -1221,7 +1332,8 @@ def main() -> None:
                            ("noseyparker", args.noseyparker, noseyparker_samples),
                            ("trufflehog", args.trufflehog, trufflehog_samples),
                            ("kingfisher", args.kingfisher, kingfisher_samples),
-                           ("secretlint", args.secretlint, secretlint_samples)):
+                           ("secretlint", args.secretlint, secretlint_samples),
+                           ("semgrep", args.semgrep, semgrep_samples)):
         if args.reclean:
             samples = json.loads(gzip.decompress((out / f"public_rules_{name}.json.gz").read_bytes()))
         elif root is None:

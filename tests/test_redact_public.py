@@ -167,6 +167,22 @@ def test_recall_in_the_six_contexts_people_paste_secrets_in(name: str) -> None:
         assert tally.total >= 100 and tally.recall >= 0.95, context
 
 
+def test_recall_on_the_held_out_semgrep_set() -> None:
+    """semgrep-rules' own secret rules (issue 37), measured blind once with the curl and URL shapes in place: six
+    contexts 95.5% (chat 92.3%, code 98.7%, env 97.4%, JSON 98.7%, curl 94.7%, URL 92.1%). Its misses read
+    afterwards are mostly what its samples call the secret: Teams webhook URLs cut before their
+    `@…/IncomingWebhook/…` part, Braintree tokens with the `access_token$` word, unsigned JWTs (two parts),
+    Google OAuth client ids (public), a low-entropy SonarQube example; no detector was changed for them.
+    A regression floor at the blind figures."""
+    result = recall("semgrep")
+    contexts = by_context(result)
+    found, total = sum(t.found for t in contexts.values()), sum(t.total for t in contexts.values())
+    assert total >= 550 and found / total >= 0.954
+    floors = {"chat": 0.92, "code": 0.98, "env": 0.97, "json": 0.98, "curl": 0.94, "url": 0.92}
+    for context, tally in contexts.items():
+        assert tally.recall >= floors[context], context
+
+
 def test_recall_on_the_fifth_set_detect_secrets_code_lines() -> None:
     """detect-secrets' keyword-test lines with generated values (blind 70.70% before its misses were read,
     90.62% after; README). Left missed on purpose: `secrete` is an English verb, not a secret's name."""
