@@ -868,3 +868,23 @@ def test_any_history_converges_to_the_final_transcripts(tmp_path: Path, ops: lis
                 writer.reset(key)
         lead.drain(max_rows=3)
         assert lead.store == writer_truth(writer)
+
+
+def test_a_fork_of_a_session_now_in_cold_storage_stores_the_copied_rows_once(tmp_path: Path) -> None:
+    """The parent read, then forked, then moved to cold storage before the fork is read: its identities went with
+    its rows (they cascade), so which rows the fork copied is read from the parent's archive."""
+    path = make_db(tmp_path, "v24")
+    with OpenClawWriter(path) as writer, SqliteTranscriptReader(path, AGENT) as reader:
+        parent = writer.create_session("agent:main:main")
+        writer.append(parent, message_event("The kayak is behind the boathouse.", event_id="q1", at_ms=1_000),
+                      message_event("Behind the boathouse, noted.", "assistant", event_id="a1", at_ms=2_000))
+        lead = Lead(reader)
+        lead.drain()
+        _, fork = writer.fork("agent:main:main", through_seq=2)
+        writer.append(fork, message_event("In the fork: the kayak is blue.", event_id="f1"))
+        writer.cold_archive(parent)
+        assert not writer.conn.execute("SELECT 1 FROM transcript_event_identities WHERE session_id = ?",
+                                       (parent,)).fetchall()
+        lead.drain()
+        stored = Counter(entry for _, entry in lead.store)
+        assert {e: stored[e] for e in ("q1", "a1", "f1")} == {"q1": 1, "a1": 1, "f1": 1}, stored

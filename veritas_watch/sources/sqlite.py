@@ -943,7 +943,7 @@ class SqliteTranscriptReader:
         if last is None:
             # Nothing fit (or nothing left): a rewalk is re-detected by the next poll, unchanged.
             return None, more
-        copied = self._copied(conn, shape, sid, older)
+        copied = self._copied(conn, snap, sid, older)
         records = [record for key, record in keyed if key not in copied]
         present = self._present_ids(conn, shape, sid) if rewalk is not None else None
         cursor = SessionCursor(sid, last.seq + 1, generation, last.key, row_count + len(keyed) + len(errors))
@@ -951,17 +951,24 @@ class SqliteTranscriptReader:
                              present, more, last.created_at)
         return batch, more
 
-    def _copied(self, conn: sqlite3.Connection, shape: _Shape, sid: str, keys: Sequence[str]) -> frozenset[str]:
+    def _copied(self, conn: sqlite3.Connection, snap: _Snapshot, sid: str, keys: Sequence[str]) -> frozenset[str]:
         """Which of `keys` (event ids of `sid`) are copies of events another session holds: OpenClaw 2026.9.6
         makes a rewind a new session of the same key holding a copy of the old one (then a `leaf` row and the
         new turns), and a fork a session of its own whose first rows are the parent's. Each event is one
         memory, stored from the session that wrote it first. A copy keeps its event's time, older than the
-        session it is copied into, so rows written since (every live append) cost no lookup."""
+        session it is copied into, so rows written since (every live append) cost no lookup. An origin in cold
+        storage has its identities in its archive (they cascade away with its rows): its events are read there."""
+        shape = snap.shape
         if not keys or not shape.identities or shape.layout != "windows":
             return frozenset()
         origins = _origin_sessions(conn, shape, sid)
         found: set[str] = set()
         for origin in origins:
+            if origin in snap.cold and not snap.stats.get(origin):
+                archived = {_Row(raw[0], raw[1], raw[1], None).key for raw in self._cold_rows(conn, origin) or ()
+                            if isinstance(raw[0], int) and isinstance(raw[1], bytes)}
+                found.update(k for k in keys if k in archived)
+                continue
             for start in range(0, len(keys), _IN_CHUNK):
                 part = keys[start:start + _IN_CHUNK]
                 rows = conn.execute(
