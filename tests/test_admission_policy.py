@@ -92,6 +92,14 @@ def test_own_config_combines_with_openclaws(tmp_path: Path) -> None:
     # a rule removed from openclaw.json applies from the next read
     (tmp_path / "openclaw.json").write_text("{plugins: {entries: {'memory-core': {config: {}}}}}", encoding="utf-8")
     assert reader.current() == own
+    # caught half-written: the last policy read stays (read, an excluded session would be memory for good)
+    (tmp_path / "openclaw.json").write_text(json.dumps({"plugins": {"entries": {"memory-core": {"config": {
+        "memoryPolicy": {"excludeSessions": {"chatTypes": ["channel"]}}}}}}}), encoding="utf-8")
+    assert reader.current().chat_types == {"channel"}
+    (tmp_path / "openclaw.json").write_text('{"plugins": {"entries": {"memory-co', encoding="utf-8")
+    assert reader.current().chat_types == {"channel"}
+    (tmp_path / "openclaw.json").unlink()  # no file: no policy of OpenClaw's
+    assert reader.current() == own
     toml.write_text('[memory_policy.exclude_sessions]\nchat_types = ["group"]\n', encoding="utf-8")
     with pytest.raises(ConfigError, match="chat_types: unknown key"):
         load_config(toml, {})

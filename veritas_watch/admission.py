@@ -22,7 +22,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import structlog
+
 from veritas_watch.openclaw import load_openclaw_config
+
+log = structlog.get_logger()
 
 # OpenClaw's config keys, and the reason prefix each match gives.
 KEYS = ("hookExternalContentSources", "channels", "chatTypes")
@@ -123,7 +127,9 @@ def openclaw_policy(config: Mapping[str, object]) -> AdmissionPolicy:
 class PolicyReader:
     """openclaw.json's policy OR veritas-watch's own, read again only when the config file changed (a sweep
     runs every few seconds; parsing JSON5 each time would be idle work). A rule added or removed in
-    openclaw.json applies from the next sweep. An `$include`d file's change is seen with openclaw.json's."""
+    openclaw.json applies from the next sweep. An `$include`d file's change is seen with openclaw.json's.
+    A file that cannot be parsed (caught half-written, a typo) keeps the last policy read: dropping it would
+    read, for good, what the person keeps out. No file at all is no policy."""
 
     def __init__(self, state_dir: Path, own: AdmissionPolicy, environ: Mapping[str, str] | None = None) -> None:
         self._state_dir = state_dir
@@ -131,6 +137,7 @@ class PolicyReader:
         self._environ = environ
         self._seen: tuple[object, ...] | None = None
         self._policy = own
+        self._told: tuple[object, ...] | None = None  # the unreadable version already logged
 
     def _stamp(self) -> tuple[object, ...]:
         env = os.environ if self._environ is None else self._environ
@@ -144,8 +151,17 @@ class PolicyReader:
     def current(self) -> AdmissionPolicy:
         stamp = self._stamp()
         if stamp != self._seen:
+            issues: list[str] = []
+            config = load_openclaw_config(self._state_dir, self._environ, issues=issues)
+            unreadable = [i for i in issues if ": cannot read: " in i]  # `_read_openclaw`'s words for it
+            if unreadable:
+                if self._told != stamp:
+                    self._told = stamp
+                    log.warning("admission_policy_unreadable", detail=unreadable[0][:300],
+                                hint="the last policy read stays in force until openclaw.json parses again")
+                return self._policy  # its stamp not kept: read again at the next sweep
             self._seen = stamp
-            self._policy = openclaw_policy(load_openclaw_config(self._state_dir, self._environ)) | self._own
+            self._policy = openclaw_policy(config) | self._own
         return self._policy
 
 
