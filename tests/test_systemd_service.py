@@ -4,6 +4,7 @@ The command itself, under a real systemd: tests/test_systemd_real.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -101,3 +102,14 @@ def test_print_writes_the_unit_and_nothing_else(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert f'Environment="OPENCLAW_STATE_DIR={state}"' in result.stdout
     assert result.stdout.startswith("# Written by `veritas-watch service install`")
+
+
+def test_a_user_unit_names_its_data_dir_and_can_go_without_namespaces() -> None:
+    inst = Installation(Path("/usr/bin/veritas-watch"), Path("/home/c/.openclaw"), "c", "c", True,
+                        Path("/home/c/.local/state/veritas-watch"))
+    got = parse_unit(render_unit(template(True), inst))
+    assert "VERITAS_WATCH_DATA_DIR=/home/c/.local/state/veritas-watch" in got["Environment"]
+    assert got["ReadWritePaths"] == ["-/home/c/.openclaw", "/home/c/.local/state/veritas-watch"]
+    bare = parse_unit(render_unit(template(True), dataclasses.replace(inst, namespaces=False)))
+    assert not {"PrivateTmp", "ProtectSystem", "ProtectHome", "ReadWritePaths"} & set(bare)
+    assert bare["SystemCallFilter"] == ["@system-service"] and bare["NoNewPrivileges"] == ["yes"]

@@ -9,6 +9,7 @@ creates once and never overwrites. Pure core (`render_unit`, `systemd_quote`), t
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import grp
 import os
 import pwd
@@ -22,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from veritas_watch.config import Config
+from veritas_watch.config import Config, default_data_dir
 from veritas_watch.openclaw import resolve_state_dir
 
 SERVICE = "veritas-watch"
@@ -56,9 +57,18 @@ class Installation:
     user: str  # owner of the state dir (User=, system unit only)
     group: str
     user_unit: bool  # `systemctl --user`
+    # A user unit's data dir, named explicitly: StateDirectory= of a user unit is ~/.config on systemd < 254 (seen
+    # on 252), ~/.local/state later, and the CLI looks in $XDG_STATE_HOME/veritas-watch.
+    data_dir: Path | None = None
+    namespaces: bool = True  # False: the user manager cannot set up namespaces here (status 218/226)
 
 
 # -- the pure core ---------------------------------------------------------------------------------
+
+# The user template's namespace-based hardening: a user manager needs unprivileged user namespaces for it.
+NAMESPACE_KEYS = ("PrivateTmp", "ProtectSystem", "ProtectHome", "ReadWritePaths", "ProtectKernelTunables",
+                  "ProtectKernelModules", "ProtectControlGroups")
+NAMESPACE_FAILURES = ("218", "226")  # ExecMainStatus: CAPABILITIES, NAMESPACE
 
 _NEEDS_QUOTES = re.compile(r'[\s"\'\\;]')
 
@@ -93,7 +103,9 @@ def render_unit(template: str, inst: Installation) -> str:
             if readme.is_file():
                 out.append("Documentation=" + readme.as_uri().replace("%", "%%"))  # a URI: spaces as %20
             continue
-        if key == "ExecStart":
+        if not inst.namespaces and key in NAMESPACE_KEYS:
+            out.append(f"#{line}  (off: this user manager cannot set up namespaces)")
+        elif key == "ExecStart":
             out.append(f"ExecStart={systemd_quote(str(inst.exec_start), exec_line=True)} run")
         elif key in ("User", "Group"):
             if not inst.user_unit:
@@ -102,11 +114,15 @@ def render_unit(template: str, inst: Installation) -> str:
             out.append(f"Environment={systemd_quote('OPENCLAW_STATE_DIR=' + state)}")
         elif key == "ReadWritePaths":
             out.append(f"ReadWritePaths={systemd_quote('-' + state)}")
+            if inst.data_dir is not None:
+                out.append(f"ReadWritePaths={systemd_quote(str(inst.data_dir))}")
         else:
             out.append(line)
             if line.startswith("Environment=VERITAS_WATCH_LOG_FORMAT") and add_env:
                 # the user template names no state dir (OpenClaw's default in %h): this one is explicit
                 out.append(f"Environment={systemd_quote('OPENCLAW_STATE_DIR=' + state)}")
+                if inst.data_dir is not None:
+                    out.append(f"Environment={systemd_quote(f'VERITAS_WATCH_DATA_DIR={inst.data_dir}')}")
     return "\n".join(out) + "\n"
 
 
@@ -194,7 +210,10 @@ def installation(config: Config, args: argparse.Namespace, environ: Mapping[str,
                     f"(mode {stat.S_IMODE(blocked.stat().st_mode):04o}). Install veritas-watch where that user can "
                     "reach it, e.g. python3 -m venv /opt/veritas-watch/.venv && /opt/veritas-watch/.venv/bin/pip "
                     "install <this checkout>, then run that environment's veritas-watch service install")
-    return Installation(script, state_dir, owner.pw_name, group, bool(args.user))
+    data_dir = None
+    if args.user:
+        data_dir = default_data_dir({k: v for k, v in environ.items() if k != "STATE_DIRECTORY"}).absolute()
+    return Installation(script, state_dir, owner.pw_name, group, bool(args.user), data_dir)
 
 
 def unit_dir(user_unit: bool, environ: Mapping[str, str]) -> Path:
@@ -261,6 +280,8 @@ def install(config: Config, args: argparse.Namespace, environ: Mapping[str, str]
     scope = " --user" if inst.user_unit else ""
     unit_path = unit_dir(inst.user_unit, environ) / UNIT_NAME
     drop_in = unit_path.with_name(UNIT_NAME + ".d") / DROP_IN
+    if inst.data_dir is not None:
+        inst.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)  # ReadWritePaths= needs it to exist
     changed = write_if_changed(unit_path, unit_text)
     created = not drop_in.exists()
     if created:
@@ -271,9 +292,19 @@ def install(config: Config, args: argparse.Namespace, environ: Mapping[str, str]
     systemctl(inst.user_unit, "enable", SERVICE)
     action = "restart" if changed and was_active else "start"
     started = systemctl(inst.user_unit, action, SERVICE, check=False)
+    status = systemctl(inst.user_unit, "show", "-p", "ExecMainStatus", "--value", SERVICE, check=False).stdout.strip()
+    if started.returncode != 0 and inst.user_unit and status in NAMESPACE_FAILURES:
+        # Seen in a user manager that cannot set up namespaces: the seccomp hardening stays, the rest goes.
+        print(f"note:     the user manager could not set up namespaces (status {status}): installed without "
+              f"{', '.join(NAMESPACE_KEYS)}")
+        inst = dataclasses.replace(inst, namespaces=False)
+        changed = write_if_changed(unit_path, render_unit(template(True), inst)) or changed
+        systemctl(True, "daemon-reload")
+        systemctl(True, "reset-failed", SERVICE, check=False)
+        started = systemctl(True, "restart", SERVICE, check=False)
     state = systemctl(inst.user_unit, "show", "-p", "ActiveState", "-p", "SubState", "--value", SERVICE,
                       check=False).stdout.split()
-    data_dir = SYSTEM_DATA_DIR if not inst.user_unit else Path("~/.local/state") / SERVICE
+    data_dir = inst.data_dir or SYSTEM_DATA_DIR
     print(f"unit:     {unit_path} ({'written' if changed else 'unchanged'})")
     print(f"drop-in:  {drop_in} ({'created' if created else 'kept: your local changes'})")
     print(f"runs:     {inst.exec_start} run" + ("" if inst.user_unit else f" as {inst.user}:{inst.group}"))
@@ -312,7 +343,8 @@ def uninstall(config: Config, args: argparse.Namespace, environ: Mapping[str, st
     elif drop_in.is_file():
         print(f"kept {drop_in}: it holds your local changes")
     systemctl(bool(args.user), "daemon-reload")
-    data_dir = SYSTEM_DATA_DIR if not args.user else Path("~/.local/state") / SERVICE
+    data_dir = SYSTEM_DATA_DIR if not args.user else default_data_dir(
+        {k: v for k, v in environ.items() if k != "STATE_DIRECTORY"})
     print(f"kept the data dir {data_dir} (memory, cursors, keys): a new install goes on from it; remove it by hand "
           "to forget everything")
     return 0
