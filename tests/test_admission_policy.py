@@ -336,3 +336,29 @@ def test_forget_takes_a_session_key_for_each_of_its_windows(tmp_path: Path) -> N
     assert resolve_sessions(config, "main", other) == {other}
     assert resolve_sessions(config, "main", "agent:main:Private") == {"agent:main:Private"}  # exact: none
     assert resolve_sessions(config, "ops", "agent:main:private") == {"agent:main:private"}  # not ops's
+
+
+def test_an_index_that_cannot_be_rewritten_never_stalls_the_store(tmp_path: Path) -> None:
+    """The erasure runs as a store batch's cleanup: a file it cannot rewrite (an index symlinked out of the
+    workspace) is logged, not raised (raised, the sink would retry the batch for ever)."""
+    from structlog.testing import capture_logs
+
+    from veritas_watch.forget import erase_session
+
+    state = tmp_path / "state"
+    (state / "workspace-ops").mkdir(parents=True)
+    elsewhere = tmp_path / "elsewhere.md"
+    elsewhere.write_text("| Service | Key Name | Location | Status | First Seen | Fingerprint |\n"
+                         "|---|---|---|---|---|---|\n"
+                         "| github | token | /x.sqlite#s1:3 | captured | 2026 | `abcd1234` |\n", encoding="utf-8")
+    (state / "workspace-ops" / "CREDENTIALS_INDEX.md").symlink_to(elsewhere)
+    config = load_config(None, {"OPENCLAW_STATE_DIR": str(state), "VERITAS_WATCH_DATA_DIR": str(tmp_path / "d")})
+
+    class NoPoints:  # the store's part is not what is under test: it holds nothing
+        def scroll(self, *args: object, **kwargs: object) -> list[object]:
+            return []
+
+    with capture_logs() as logs:
+        erase_session(config, "ops", frozenset({"s1"}))(NoPoints())  # type: ignore[arg-type]
+    assert [e["event"] for e in logs] == ["session_erase_failed"]
+    assert "abcd1234" in elsewhere.read_text()

@@ -138,7 +138,12 @@ def erase_session(config: Config, agent_id: str, sessions: frozenset[str], db: s
         elif ids := session_points(store, agent_id, sessions):
             store.delete(ids)
             points = len(ids)
-        erased = erase_records(config, agent_id, sessions)
+        try:
+            erased = erase_records(config, agent_id, sessions)
+        except (OSError, sqlite3.Error) as exc:  # never a store retry for a file: told, tried again at the next start
+            log.error("session_erase_failed", agent=agent_id, sessions=sorted(sessions),
+                      error=f"{type(exc).__name__}: {exc}"[:300])
+            return
         if points or erased.index_rows or erased.vault_entries or erased.gap_records or erased.pending_rows:
             log.info("session_erased", agent=agent_id, sessions=sorted(sessions), db=db or None, points=points,
                      index_rows=erased.index_rows, vault_entries=erased.vault_entries,
