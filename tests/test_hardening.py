@@ -617,7 +617,9 @@ def test_f6_a_request_aiohttp_refuses_is_one_log_line(default_daemon: DaemonProc
 def test_f6_a_body_announced_too_long_is_refused_before_it_is_sent(default_daemon: DaemonProcess) -> None:
     info = json.loads((default_daemon.data_dir / "daemon.json").read_text())
     with socket.create_connection((info["host"], info["port"]), timeout=10) as conn:
+        auth = local_auth(default_daemon)["Authorization"]
         conn.sendall(f"POST /memory/search HTTP/1.1\r\nHost: {info['host']}:{info['port']}\r\n"
+                     f"Authorization: {auth}\r\n"
                      "Content-Type: application/json\r\nContent-Length: 1000000000\r\n\r\n{".encode())
         answer = conn.recv(1000)  # within the timeout: the 1 GB is never waited for
     assert answer.split(b"\r\n")[0].endswith(b"413 Request Entity Too Large") and b"body over" in answer, answer

@@ -5,7 +5,7 @@ import { test } from "node:test";
 
 import { MemoryError, VeritasClient } from "../src/client.js";
 import { resolveConfig } from "../src/config.js";
-import { closedPort, fakeDaemon, privateDir } from "./helpers.js";
+import { closedPort, fakeDaemon, homeWithDataDir, privateDir } from "./helpers.js";
 
 const NOWHERE = { env: {}, home: "/nonexistent-home" }; // no data dir to find: only what the test gives
 
@@ -88,9 +88,7 @@ test("over TCP without any token nothing is sent; the daemon's local token is re
 });
 
 test("zero config: the daemon's socket is found in its data dir; no token goes over it", async () => {
-  const home = privateDir("vw-home-");
-  const state = join(home, ".local", "state", "veritas-watch");
-  mkdirSync(state, { recursive: true, mode: 0o700 });
+  const { home, dir: state } = homeWithDataDir();
   const daemon = await fakeDaemon(() => ({ json: { results: [], count: 0 } }), { socketDir: state });
   try {
     const found = new VeritasClient(resolveConfig({ token: "never-sent" }).config, { env: {}, home });

@@ -1,7 +1,7 @@
 // A stand-in daemon (real HTTP, node:http) on 127.0.0.1 or on a Unix socket, that records what the plugin
 // sent and, asked on /health, proves it holds its tokens as the daemon does; and a stand-in OpenClaw plugin
 // api that records what the plugin registered and logged.
-import { closeSync, mkdtempSync, openSync } from "node:fs";
+import { closeSync, mkdirSync, mkdtempSync, openSync } from "node:fs";
 import http from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -11,6 +11,14 @@ import { keyId, serverProof } from "../src/transport.js";
 /** A fresh directory as the daemon makes its data dir: this user's, mode 0700. */
 export function privateDir(prefix = "vw-plugin-") {
   return mkdtempSync(join(tmpdir(), prefix)); // mkdtemp makes it 0700
+}
+
+/** A scratch HOME with the daemon's default data dir in it: `{home, dir}` (dir: ~/.local/state/veritas-watch). */
+export function homeWithDataDir() {
+  const home = privateDir("vw-home-");
+  const dir = join(home, ".local", "state", "veritas-watch");
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  return { home, dir };
 }
 
 /**

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { cpSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { cpSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
@@ -7,7 +7,7 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 
 import { Reporter } from "../src/report.js";
 import { agentIdOf, createPlugin, excludeOf, setupProblems } from "../src/plugin.js";
-import { fakeApi, fakeDaemon, privateDir, textOf } from "./helpers.js";
+import { fakeApi, fakeDaemon, homeWithDataDir, privateDir, textOf } from "./helpers.js";
 
 const FACT = { id: "0b8f4c52-9a55-5a55-8a55-000000000001", session_id: "sess-a", entry_id: "e1", role: "user",
   type: "conversation", text: "My sister Ingrid's birthday is on 14 March.", timestamp: "2026-03-01T10:01:00.000Z",
@@ -324,9 +324,7 @@ test("issue 37: a server squatting the daemon's port gets no token and no words,
 });
 
 test("zero config: the plugin finds the daemon's socket in $VERITAS_WATCH_DATA_DIR or the default data dir", async () => {
-  const home = privateDir("vw-home-");
-  const dir = join(home, ".local", "state", "veritas-watch");
-  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const { home, dir } = homeWithDataDir();
   const daemon = await fakeDaemon((req) => (req.path === "/memory/context"
     ? { json: { context: CONTEXT, count: 1, results: [FACT] } } : undefined), { socketDir: dir });
   try {
