@@ -297,15 +297,23 @@ def test_sigterm_mid_ingest_loses_nothing_and_duplicates_nothing(tmp_path: Path)
     assert stopped[-1]["stored"] + assert_all_stored_once(tmp_path, config, expected) == len(expected)
 
 
+def hung_mid_backfill(tmp_path: Path, notify: NotifySocket,
+                      config: Path) -> tuple[set[tuple[str, str]], DaemonRun, Path]:
+    """A daemon storing a backlog whose every write hangs from now on (for up to stall_daemon.MAX_STALL_SECONDS):
+    the entries it must end up storing, the daemon, and the flag that ends the stall when removed."""
+    expected = write_backlog(tmp_path)
+    flag = tmp_path / "stall-store"
+    daemon = start(tmp_path, notify, config, module="tests.stall_daemon",
+                   env_extra={"VERITAS_TEST_STALL_FLAG": str(flag)})
+    wait_stored(daemon, 8)
+    flag.touch()
+    return expected, daemon, flag
+
+
 def test_second_sigterm_exits_at_once_and_still_loses_nothing(tmp_path: Path, notify: NotifySocket) -> None:
     """The store hangs, so the first SIGTERM's drain cannot finish: the second one must end the process."""
-    expected = write_backlog(tmp_path)
     config = slow_ingest_config(tmp_path)
-    flag = tmp_path / "stall-store"
-    first = start(tmp_path, notify, config, module="tests.stall_daemon",
-                  env_extra={"VERITAS_TEST_STALL_FLAG": str(flag)})
-    wait_stored(first, 8)
-    flag.touch()
+    expected, first, flag = hung_mid_backfill(tmp_path, notify, config)
     wait_for(lambda: metric(first, "veritas_pipeline_heartbeat_age_seconds") > 1.0, what="the sink to stall")
     assert first.proc is not None
     first.proc.send_signal(signal.SIGTERM)
@@ -366,13 +374,8 @@ def test_sigterm_under_a_slow_store_leaves_the_queue_and_commits_what_was_acknow
 def test_sigterm_with_a_hung_store_ends_within_the_bound(tmp_path: Path, notify: NotifySocket) -> None:
     """A write that never returns cannot be interrupted in its thread: the process leaves by itself at the bound
     (exit 0, as systemd's stop expects), committing nothing it cannot make durable; the next start reads it."""
-    expected = write_backlog(tmp_path)
     config = bounded_stop_config(tmp_path)
-    flag = tmp_path / "stall-store"
-    first = start(tmp_path, notify, config, module="tests.stall_daemon",
-                  env_extra={"VERITAS_TEST_STALL_FLAG": str(flag)})
-    wait_stored(first, 8)
-    flag.touch()  # every write from now on hangs (for up to 120 s: stall_daemon.MAX_STALL_SECONDS)
+    expected, first, flag = hung_mid_backfill(tmp_path, notify, config)
     assert first.proc is not None
     first.proc.send_signal(signal.SIGTERM)
     # Before the bound, the stop waited for the store: past 60 s, until the stall's own 120 s cap.
