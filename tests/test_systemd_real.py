@@ -116,6 +116,7 @@ def test_systemd_analyze_verify_and_security(machine: BootedSystemd) -> None:
     security = machine.run("systemd-analyze", "security", f"{UNIT}.service", check=False)
     exposure = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", security.stdout + security.stderr)
     assert exposure is not None, security.stdout[-1500:] + security.stderr[-500:]
+    print(f"systemd-analyze security {UNIT}: {exposure.group(1)}")
     assert float(exposure.group(1)) <= 2.0, security.stdout[-3000:]
 
 
