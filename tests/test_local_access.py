@@ -81,7 +81,7 @@ def open_root() -> Iterator[Path]:
 
 NOBODY_SCRIPT = r"""
 import http.client, json, socket, sys
-data, tcp_port = sys.argv[1], int(sys.argv[2])
+data, tcp_ports = sys.argv[1], [int(p) for p in sys.argv[2:]]
 out = {}
 for name in ("http.token", "daemon.json", "owner.lock"):
     try:
@@ -117,14 +117,34 @@ def ask(make):
     return answers
 
 out["socket"] = ask(lambda: Unix("localhost", timeout=10))
-out["tcp"] = ask(lambda: http.client.HTTPConnection("127.0.0.1", tcp_port, timeout=10))
+out["tcp"] = [a for port in tcp_ports for a in ask(lambda: http.client.HTTPConnection("127.0.0.1", port, timeout=10))]
 print(json.dumps(out))
 """
 
 
-def as_nobody(data: Path, tcp_port: int = 17761) -> dict[str, Any]:
+def listening_tcp_ports(pid: int) -> set[int]:
+    """The TCP ports this process listens on (its socket inodes in /proc/net/tcp{,6} in state LISTEN)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[len("socket:["):-1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for row in Path(table).read_text().splitlines()[1:]:
+            fields = row.split()
+            if fields[3] == "0A" and fields[9] in inodes:
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def as_nobody(data: Path, tcp_ports: set[int]) -> dict[str, Any]:
     """What a process of user `nobody` gets (the system Python, stdlib only: /root's venv is not readable)."""
-    out = subprocess.run(["/usr/bin/python3", "-c", NOBODY_SCRIPT, str(data), str(tcp_port)], user="nobody",
+    out = subprocess.run(["/usr/bin/python3", "-c", NOBODY_SCRIPT, str(data), *map(str, sorted(tcp_ports))],
+                         user="nobody",
                          group="nogroup", env={"PATH": "/usr/bin:/bin"}, cwd="/", capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr
@@ -149,12 +169,13 @@ def test_another_local_user_reads_and_writes_no_memory_by_default(open_root: Pat
     daemon.start()
     try:
         stored_everything(daemon)
-        got = as_nobody(data)
-        # No TCP listener by default (it was 127.0.0.1:17761, open to every local user): nothing there, or
-        # (another program on this port) nothing of ours
+        assert daemon.proc is not None
+        ports = listening_tcp_ports(daemon.proc.pid)  # it was 127.0.0.1:17761, open to every local user
+        got = as_nobody(data, ports)
         for path, status, body in got["tcp"]:
             assert status in ("ConnectionRefusedError", 401, 403, 404), (path, status, body)
             assert "boathouse" not in body and "pager" not in body and "ops" not in body.split(), (path, body)
+        assert ports == set(), "no TCP listener without configuration"
         assert (got["http.token"], got["daemon.json"], got["owner.lock"]) == ("PermissionError",) * 3, got
         assert all(status == "PermissionError" for _, status, _ in got["socket"]), got["socket"]
         assert (data.stat().st_mode & 0o777, (data / "http.token").stat().st_mode & 0o777,
@@ -164,7 +185,7 @@ def test_another_local_user_reads_and_writes_no_memory_by_default(open_root: Pat
         data.chmod(0o711)
         (data / "api.sock").chmod(0o666)
         try:
-            opened = as_nobody(data)
+            opened = as_nobody(data, set())
         finally:
             data.chmod(0o700)
             (data / "api.sock").chmod(0o600)
