@@ -144,9 +144,9 @@ def check_index(daemon: DaemonProcess, turns: Sequence[Turn]) -> tuple[int, int]
     return len(stored), len(expected) - len(stored)
 
 
-def post(base: str, path: str, body: dict[str, Any]) -> Any:
-    request = urllib.request.Request(base + path, data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"}, method="POST")
+def post(daemon: DaemonProcess, path: str, body: dict[str, Any]) -> Any:
+    request = urllib.request.Request(daemon.base + path, data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json", **daemon.auth}, method="POST")
     with urllib.request.urlopen(request, timeout=120) as response:
         return json.loads(response.read())
 
@@ -201,14 +201,14 @@ def extract(ref: str, into: Path) -> Path:
     return into
 
 
-def ask(base: str, questions: Sequence[Question], dia_of: dict[tuple[str, str], str],
+def ask(daemon: DaemonProcess, questions: Sequence[Question], dia_of: dict[tuple[str, str], str],
         fields: dict[str, Any]) -> dict[str, Any]:
     rows: dict[str, list[tuple[float, float, float, float]]] = {}
     latencies: list[float] = []
     empty = {"dev": 0, "left-out": 0}
     for q in questions:
         t0 = time.perf_counter()
-        answer = post(base, "/memory/search", {"agent_id": q.conversation, "query": q.text, "limit": 10, **fields})
+        answer = post(daemon, "/memory/search", {"agent_id": q.conversation, "query": q.text, "limit": 10, **fields})
         latencies.append(time.perf_counter() - t0)
         split = split_of(q.conversation)
         empty[split] += not answer["results"]
@@ -235,11 +235,11 @@ def off_topic_lists() -> dict[str, list[str]]:
     return {"en": OFF_TOPIC, "cjk": OFF_TOPIC_CJK, "held-out en": HELD_EN, "held-out cjk": HELD_CJK}
 
 
-def ask_off_topic(base: str, agents: Sequence[str]) -> dict[str, float]:
+def ask_off_topic(daemon: DaemonProcess, agents: Sequence[str]) -> dict[str, float]:
     """Share of off-topic questions answered with nothing (the default request), per list, every agent."""
     out = {}
     for label, texts in off_topic_lists().items():
-        emptied = [not post(base, "/memory/search", {"agent_id": agent, "query": text, "limit": 10})["results"]
+        emptied = [not post(daemon, "/memory/search", {"agent_id": agent, "query": text, "limit": 10})["results"]
                    for agent in agents for text in texts]
         out[label] = sum(emptied) / len(emptied)
     return out
@@ -314,12 +314,12 @@ def run_variant(name: str, work: Path, state_dir: Path, turns: Sequence[Turn], q
               f" the daemon embedded {embedded}; {stored} stored, {missing} missing; indexed text holds no ids",
               flush=True)
         for setup in setups:
-            out["setups"][setup] = ask(daemon.base, questions, dia_of, SETUPS[setup])
+            out["setups"][setup] = ask(daemon, questions, dia_of, SETUPS[setup])
             m = out["setups"][setup]
             cells = ", ".join(f"{key[:-4]} R@5 {v['R@5']:.3f} R@10 {v['R@10']:.3f}"
                               for key, v in m["metrics"].items() if key.endswith("/all"))
             print(f"[{name}] {setup}: {cells}, p50 {m['p50_ms']:.0f} ms", flush=True)
-        out["off_topic"] = ask_off_topic(daemon.base, sorted({q.conversation for q in questions}))
+        out["off_topic"] = ask_off_topic(daemon, sorted({q.conversation for q in questions}))
         print(f"[{name}] off-topic emptied: " + ", ".join(f"{k} {v:.0%}" for k, v in out["off_topic"].items()),
               flush=True)
     finally:

@@ -43,9 +43,9 @@ class Watcher(threading.Thread):
         self.stop = threading.Event()
 
     def run(self) -> None:
-        url = f"{self.daemon.base}/export?agent={self.agent}"
+        request = urllib.request.Request(f"{self.daemon.base}/export?agent={self.agent}", headers=self.daemon.auth)
         while not self.stop.is_set():
-            with urllib.request.urlopen(url, timeout=30) as response:
+            with urllib.request.urlopen(request, timeout=30) as response:
                 body = response.read()
             now = time.time()
             for raw in body.decode().splitlines():
