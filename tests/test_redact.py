@@ -697,3 +697,12 @@ def test_the_shapes_people_paste_are_hidden_whole(text: str, secret: str) -> Non
 ])
 def test_the_same_shapes_without_a_secret_are_left_alone(text: str) -> None:
     assert detect(text) == [], [(m.rule, m.value) for m in detect(text)]
+
+
+def test_a_basic_auth_key_is_named_by_the_provider_the_command_calls() -> None:
+    """`curl -u KEY: https://api.mailgun.net/…`: the host names the service (the key itself never names anything)."""
+    for text, service in ((f"curl https://api.mailgun.net/v3/domains -u {_MAILGUN}:", "Mailgun"),
+                          (f"curl -s -u {_KEY}: \\\n  https://api.stripe.com/v1/customers", "Stripe"),
+                          (f"curl -u {_KEY}: https://x.example.com/v1\nsee https://api.stripe.com", "Unknown")):
+        (match,) = detect(text)
+        assert (match.service, match.key_name) == (service, "key (curl -u)"), text

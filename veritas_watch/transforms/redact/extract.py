@@ -306,6 +306,23 @@ def token_like(word: str) -> bool:
 _USER_FLAG_TOOLS_RE = re.compile(r"(?i)(?:^|[\s;|&(`$])(?:curl|curlie|wget|http|https|xh|lftp)[ \t]")
 
 
+_COMMAND_END_RE = re.compile(r"(?<!\\)\n")
+_URL_HOST_RE = re.compile(r"https?://(?P<host>[A-Za-z0-9.\-]{1,253})")
+
+
+def _service_of_command(text: str, start: int, end: int) -> str | None:
+    r"""The provider a command names before its `-u` (`mailgun: curl -u …`) or by the host it calls
+    (`curl -u KEY: https://api.mailgun.net/…`), the rest of the command (`\`-continued lines) included."""
+    service = _known_service_near(text, start)
+    if service is None:
+        stop = _COMMAND_END_RE.search(text, end, end + 400)
+        line_start = max(text.rfind("\n", 0, start) + 1, start - 400)
+        url = _URL_HOST_RE.search(text, line_start, stop.start() if stop else end + 400)
+        if url is not None:
+            service = _known_service_near(url["host"], len(url["host"]))
+    return service
+
+
 def _extract_curl_user(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
     if _USER_FLAG_TOOLS_RE.search(text, max(0, m.start() - 400), m.start()) is None:
         return None
@@ -316,7 +333,7 @@ def _extract_curl_user(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
     if m.group("pass") is not None and m.group("pass")[:1] not in "\"'":
         end = start + len(text[start:end].rstrip(_TRAIL))
         password = password.rstrip(_TRAIL)
-    service = _known_service_near(text, m.start())
+    service = _service_of_command(text, m.start(), m.end())
     if password and token_like(user) and (len(password) < 3 or _is_placeholder(password)):
         password = ""  # `-u KEY:X` (Freshdesk's way): a stand-in password, the key is the user
     if password:

@@ -16,6 +16,7 @@ recovered from behind an OpenClaw mask.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 
@@ -99,12 +100,14 @@ def _user_ok(user: str) -> bool:
     return user == "-" or (_USER_RE.fullmatch(user) is not None and not key_like(user) and _identifier_ok(user))
 
 
+@functools.lru_cache(maxsize=4096)  # (names recur: the same few per agent; pure, so cached)
 def service_ok(service: str) -> bool:
     """An allow-listed shape for a Service column (before the leak check)."""
     return (service in _KNOWN_SERVICES or _words_ok(service, max_words=3, prompt_words=1)
             or (_HOST_RE.fullmatch(service) is not None and not key_like(service.split(".")[0])))
 
 
+@functools.lru_cache(maxsize=4096)
 def key_name_ok(name: str) -> bool:
     """An allow-listed shape for a Key Name column (before the leak check)."""
     if name in _RULE_KEY_NAMES or _CJK_CUE_RE.fullmatch(name):
