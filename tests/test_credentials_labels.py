@@ -28,14 +28,15 @@ def windows(secret: str, n: int = 8) -> set[str]:
     return {low[i : i + n] for i in range(len(low) - n + 1)}
 
 
-def capture_messages(tmp_path: Path, texts: list[str]) -> tuple[dict[str, str], list[str]]:
+def capture_messages(tmp_path: Path, texts: list[str], *, fresh: bool = True) -> tuple[dict[str, str], list[str]]:
     """The messages as one agent's transcript, through the write path (transform, capture with a vault), then
     `veritas-watch creds`: every place a label goes, as text; and the redacted texts the store would get."""
     state, data = tmp_path / "state", tmp_path / "data"
     sessions = state / "agents" / "ops" / "sessions"
-    sessions.mkdir(parents=True)
-    (state / "workspace-ops").mkdir()
-    data.mkdir()
+    if fresh:  # (else the caller made them, with what an earlier version left there)
+        sessions.mkdir(parents=True)
+        (state / "workspace-ops").mkdir()
+        data.mkdir()
     (data / "fingerprint.key").write_text(os.urandom(32).hex())
     recipient = str(pyrage.x25519.Identity.generate().to_public())
     config = Config(paths=PathsConfig(state_dir=str(state), data_dir=str(data)),
@@ -117,3 +118,37 @@ def test_every_label_is_checked_against_every_secret_of_its_message() -> None:
         for match in detect(text):
             values = [m.value for m in detect(text)]
             assert not any(w in (match.service + match.key_name).lower() for v in values for w in windows(v)), text
+
+
+def test_rows_an_earlier_version_wrote_are_rechecked(tmp_path: Path) -> None:
+    """An index row (ours: it has a fingerprint) or a row waiting in the data dir that an earlier version wrote
+    with a password for its Service or a key for its Key Name is corrected when the index is next written;
+    a row a person typed, and our rows in allowed shapes, stay as they were."""
+    state = tmp_path / "state"
+    workspace = state / "workspace-ops"
+    workspace.mkdir(parents=True)
+    (state / "agents" / "ops" / "sessions").mkdir(parents=True)
+    leaked, key = "Sapphire-Kettle-4417", "sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc"
+    before = (
+        "# Credentials Index\n\nmy notes\n\n"
+        "| Service | Key Name | Location | Status | First Seen | Fingerprint |\n|---|---|---|---|---|---|\n"
+        f"| {leaked} | 密码 | /s/a.jsonl:2 | captured | 2026-12-01T10:00:00Z | 0a1b2c3d |\n"
+        f"| Stripe | {key} (curl -u) | /s/a.jsonl:3 | captured | 2026-12-01T10:00:01Z | 1a2b3c4d |\n"
+        "| PostgreSQL | admin@db.internal | /s/a.jsonl:4 | captured | 2026-12-01T10:00:02Z | 2a3b4c5d |\n"
+        "| My bank (personal) | PIN 4417 | in my head | typed | | |\n"
+    )
+    (workspace / INDEX_FILE).write_text(before)
+    data = tmp_path / "data"
+    data.mkdir()
+    waiting = {"agent": "ops", "rule": "password_word", "service": "Hunter2Mango7", "key_name": "密码",
+               "fingerprint": "3a4b5c6d", "location": "/s/agents/ops/sessions/b.jsonl:2",
+               "seen_at": "2026-12-01T11:00:00Z"}
+    (data / "credentials-index.json").write_text(json.dumps({"version": 1, "pending": [waiting], "aliases": {}}))
+    places, _ = capture_messages(tmp_path, ["export OPENAI_API_KEY=sk-proj-Zq8vLm2XkP9wRt4YbN6cJd1FhG3sA7eU0iOy"],
+                                 fresh=False)
+    assert not leaks_in(places, [leaked, key, "Hunter2Mango77"])
+    rows = read_index(workspace / INDEX_FILE)
+    assert [(r.service, r.key_name) for r in rows] == [
+        ("Unknown", "密码"), ("Stripe", "unknown"), ("PostgreSQL", "admin@db.internal"),
+        ("My bank (personal)", "PIN 4417"), ("Unknown", "密码"), ("OpenAI", "OPENAI_API_KEY")]
+    assert (workspace / INDEX_FILE).read_text().startswith("# Credentials Index\n\nmy notes\n\n")

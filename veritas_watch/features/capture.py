@@ -43,7 +43,7 @@ from veritas_watch.features.credentials import (
 )
 from veritas_watch.openclaw import InvalidAgentId, agent_workspace
 from veritas_watch.pipeline import Found
-from veritas_watch.transforms.redact import fingerprint, safe_labels
+from veritas_watch.transforms.redact import fingerprint, rule_key_name, safe_labels
 
 log = structlog.get_logger()
 
@@ -147,7 +147,8 @@ class CredentialCapture:
         recovery = self._task_runs.recover(MaskProbe(agent_id, f.rule, f.key_name, mask, entry.seen_at))
         if recovery.status == "found" and recovery.value is not None:
             # the names came from the masked text: checked again against the value now known (labels.safe_labels)
-            service, key_name = safe_labels(f.service, f.key_name, [recovery.value], rule_key_name=f.rule)
+            service, key_name = safe_labels(f.service, f.key_name, [recovery.value],
+                                            rule_key_name=rule_key_name(f.rule))
             if (service, key_name) != (f.service, f.key_name):
                 f = dataclasses.replace(f, service=service, key_name=key_name)
                 entry = dataclasses.replace(entry, finding=f)

@@ -47,7 +47,9 @@ from veritas_watch.transforms.redact import (
     is_opaque_mask,
     is_secret_name,
     recover_unmasked,
+    rule_key_name,
     split_mask,
+    written_before,
 )
 
 __all__ = [
@@ -434,7 +436,7 @@ class CredentialIndex:
                 before = _stat_key(path)
                 text = path.read_text(encoding="utf-8") if before is not None else ""
                 new_text, update = self._with_rows(text, entries, aliases, None)
-                if update.added == 0:
+                if new_text == text:
                     return update
                 if _stat_key(path) != before:
                     continue
@@ -446,8 +448,10 @@ class CredentialIndex:
     def _with_rows(
         self, text: str, entries: Sequence[IndexEntry], aliases: Mapping[str, str], _hook_arity: object = None
     ) -> tuple[str, IndexUpdate]:
-        """`text` with rows for the entries it lacks. Called inside the lock, once per attempt: the
-        hook a test overrides to race a human edit (it passes four positional arguments through)."""
+        """`text` with rows for the entries it lacks (and our rows' labels rechecked: `_rechecked`). Called
+        inside the lock, once per attempt: the hook a test overrides to race a human edit (it passes four
+        positional arguments through)."""
+        text = _rechecked(_find_table(text)) or text
         table = _find_table(text)
         known_fps: set[str] = set()
         rows_with: Counter[str] = Counter()
@@ -511,6 +515,10 @@ class CredentialIndex:
         rows = "".join(self._row(e, columns) for e in fresh)
         return "".join(before) + rows + "".join(after), update
 
+    @staticmethod
+    def _row_line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(_cell(c) for c in cells) + " |"
+
     def _row(self, entry: IndexEntry, columns: list[str]) -> str:
         finding = entry.finding
         values = {
@@ -521,7 +529,28 @@ class CredentialIndex:
             "first seen": entry.seen_at,
             "fingerprint": " ".join((finding.fingerprint, *entry.extra_fingerprints)),
         }
-        return "| " + " | ".join(_cell(values.get(c.lower(), "")) for c in columns) + " |\n"
+        return self._row_line([values.get(c.lower(), "") for c in columns]) + "\n"
+
+
+def _rechecked(table: _Table) -> str | None:
+    """The file with the Service and Key Name of our own rows (those with a fingerprint) rechecked, as a
+    version before issue 37 may have written a password there (`written_before`); None when nothing changes."""
+    service_at, key_at, fp_at = table.column("service"), table.column("key name"), table.column("fingerprint")
+    if table.header_at < 0 or service_at is None or key_at is None or fp_at is None:
+        return None
+    lines = list(table.lines)
+    changed = False
+    for n in range(table.header_at + 2, table.end):
+        cells = _split_row(lines[n])
+        if max(service_at, key_at, fp_at) >= len(cells) or not _FP_RE.search(cells[fp_at]):
+            continue
+        labels = written_before(cells[service_at], cells[key_at])
+        if labels != (cells[service_at], cells[key_at]):
+            cells[service_at], cells[key_at] = labels
+            newline = "\r\n" if lines[n].endswith("\r\n") else "\n" if lines[n].endswith("\n") else ""
+            lines[n] = CredentialIndex._row_line(cells) + newline
+            changed = True
+    return "".join(lines) if changed else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -558,8 +587,10 @@ class PendingRow:
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> PendingRow | None:
         try:
-            finding = SecretFinding(str(raw["rule"]), str(raw["service"]), str(raw["key_name"]),
-                                    str(raw["fingerprint"]), 0, 0)
+            # (a row an older version queued: its labels rechecked before they are written anywhere)
+            service, key_name = written_before(str(raw["service"]), str(raw["key_name"]),
+                                               rule_key_name=rule_key_name(str(raw["rule"])))
+            finding = SecretFinding(str(raw["rule"]), service, key_name, str(raw["fingerprint"]), 0, 0)
             entry = IndexEntry(
                 finding, str(raw["location"]), str(raw["seen_at"]), raw.get("vault_ref") or None,
                 raw.get("status") or None, raw.get("note") or None,

@@ -23,7 +23,13 @@ from __future__ import annotations
 
 from veritas_watch.transforms.redact.base import Rule, SecretMatch, fingerprint, is_documented_example, shannon_entropy
 from veritas_watch.transforms.redact.engine import detect, redact, redact_with_matches
-from veritas_watch.transforms.redact.labels import UNKNOWN_SERVICE, leaks, safe_labels
+from veritas_watch.transforms.redact.labels import (
+    UNKNOWN_SERVICE,
+    leaks,
+    rule_key_name,
+    safe_labels,
+    written_before,
+)
 from veritas_watch.transforms.redact.masks import (
     _MAX_MASK_ATOMS,  # noqa: F401 - tests bound hostile inputs by it
     MASK_ELLIPSIS,
@@ -57,8 +63,10 @@ __all__ = [
     "recover_unmasked",
     "redact",
     "redact_with_matches",
+    "rule_key_name",
     "safe_labels",
     "service_from_name",
     "shannon_entropy",
     "split_mask",
+    "written_before",
 ]

@@ -17,7 +17,7 @@ from veritas_watch.transforms.redact.base import (
     is_documented_example,
     shannon_entropy,
 )
-from veritas_watch.transforms.redact.labels import safe_labels
+from veritas_watch.transforms.redact.labels import rule_key_name, safe_labels
 from veritas_watch.transforms.redact.masks import _detect_masked, is_opaque_mask, masked_fingerprint
 from veritas_watch.transforms.redact.names import _known_service_near
 from veritas_watch.transforms.redact.rules import (
@@ -85,9 +85,6 @@ def _marker_spans(text: str, lowered: str) -> list[tuple[int, int]]:
     return [m.span() for m in MARKER_RE.finditer(text)]
 
 
-_RULE_KEY_NAMES = {rule.name: rule.key_name for rule in RULES}
-
-
 def detect(text: str) -> list[SecretMatch]:
     """Every secret in `text`, in order, with spans in `text`. Never raises on any string.
 
@@ -100,7 +97,7 @@ def detect(text: str) -> list[SecretMatch]:
     out = []
     for m in matches:
         service, key_name = safe_labels(m.service, m.key_name, values,
-                                        rule_key_name=_RULE_KEY_NAMES.get(m.rule, "unknown"))
+                                        rule_key_name=rule_key_name(m.rule))
         out.append(m if (service, key_name) == (m.service, m.key_name)
                    else dataclasses.replace(m, service=service, key_name=key_name))
     return out

@@ -20,7 +20,7 @@ import functools
 import re
 from collections.abc import Iterable
 
-from veritas_watch.transforms.redact.base import _random_printable
+from veritas_watch.transforms.redact.base import _plausible, _random_printable
 from veritas_watch.transforms.redact.extract import token_like
 from veritas_watch.transforms.redact.names import _SERVICES, is_secret_name
 from veritas_watch.transforms.redact.rules import _KEYWORDLESS_RULES, _RULES_OF_KEYWORD, RULES
@@ -29,7 +29,13 @@ UNKNOWN_SERVICE = "Unknown"  # the rule table's service for rules that name none
 LEAK_RUN = 8  # this many consecutive characters of a secret in a label is a leak
 
 _KNOWN_SERVICES = frozenset(_SERVICES.values()) | frozenset(r.service for r in RULES)
-_RULE_KEY_NAMES = frozenset(r.key_name for r in RULES)
+_RULE_KEY_NAMES = {r.name: r.key_name for r in RULES}
+_TABLE_KEY_NAMES = frozenset(_RULE_KEY_NAMES.values())
+
+
+def rule_key_name(rule: str) -> str:
+    """The name the rule table gives a rule's credential (`password`, `STRIPE_SECRET_KEY`): always safe."""
+    return _RULE_KEY_NAMES.get(rule, "unknown")
 # Words of a prompt injection, not of a credential's name: more than one in a name makes it text, not a name.
 _PROMPT_WORDS = frozenset(
     """
@@ -110,7 +116,7 @@ def service_ok(service: str) -> bool:
 @functools.lru_cache(maxsize=4096)
 def key_name_ok(name: str) -> bool:
     """An allow-listed shape for a Key Name column (before the leak check)."""
-    if name in _RULE_KEY_NAMES or _CJK_CUE_RE.fullmatch(name):
+    if name in _TABLE_KEY_NAMES or _CJK_CUE_RE.fullmatch(name):
         return True
     if m := _TOOL_RE.fullmatch(name):
         return _user_ok(m["user"])
@@ -128,3 +134,25 @@ def safe_labels(service: str, key_name: str, secrets: Iterable[str], *, rule_key
     if not key_name_ok(key_name) or leaks(key_name, values):
         key_name = rule_key_name if not leaks(rule_key_name, values) else "unknown"
     return service, key_name
+
+
+def written_before(service: str, key_name: str, *, rule_key_name: str = "unknown") -> tuple[str, str]:
+    """Labels a version before these checks wrote (an index row, a row waiting in the data dir), whose secrets
+    are not known any more: a label in no allowed shape that holds a word the redactor takes for a secret
+    (`Sapphire-Kettle-4417`, `sk_live_… (curl -u)`) is replaced as `safe_labels` would; anything else stays as
+    written (a person may have typed it)."""
+    if not service_ok(service) and _secret_word_in(service):
+        service = UNKNOWN_SERVICE
+    if not key_name_ok(key_name) and _secret_word_in(key_name):
+        key_name = rule_key_name
+    return service, key_name
+
+
+def _secret_word_in(label: str) -> bool:
+    return any(key_like(w) or _password_like(w) for w in re.split(r"[\s@()]+", label) if len(w) >= LEAK_RUN)
+
+
+def _password_like(word: str) -> bool:
+    """Letters and digits mixed as a chosen password mixes them (`Sapphire-Kettle-4417`), in no name's shape."""
+    return (any(c.isdigit() for c in word) and any(c.isalpha() for c in word) and _plausible(word, "password")
+            and not is_secret_name(word))
