@@ -175,3 +175,79 @@ def test_an_agent_openclaw_deleted_gets_no_gap_for_the_sessions_deleted_with_it(
         wait_for(lambda: not daemon.get("/status")["gaps"], what="gap of a removed agent closed")
         (closed,) = daemon.events("gap_closed")
         assert (closed["session"], closed["reason"]) == ("s-2", "agent_removed")
+
+
+# -- the hook runs values, never code
+
+ENV_HOOK = """
+import json, os, sys
+with open(sys.argv[1], "a") as out:
+    out.write(json.dumps({"argv": sys.argv[2:],
+                          "env": {k: v for k, v in os.environ.items() if k.startswith("VERITAS_GAP_")}}) + "\\n")
+"""
+
+
+def test_a_template_that_puts_a_value_into_shell_code_is_refused_at_start(tmp_path: Path) -> None:
+    state, data, _sessions, _calls, env = setup(tmp_path)
+    config = tmp_path / "shell.toml"
+    config.write_text('[gaps]\non_gap = ["sh", "-c", "openclaw agent --message \'sync {session_id}\'"]\n')
+    daemon = DaemonProcess(state, data, extra_env={**env, "VERITAS_WATCH_CONFIG": str(config)}).start(wait=False)
+    assert daemon.proc is not None
+    try:
+        assert daemon.proc.wait(timeout=120) != 0
+    finally:
+        if daemon.running:  # today's code started it: do not leave it behind
+            daemon.kill()
+    log = daemon.log_text()
+    assert "gaps.on_gap[2]" in log and "as code" in log and "VERITAS_GAP_SESSION_ID" in log, log[-2000:]
+    assert not (data / "daemon.json").exists()
+
+
+def test_hostile_ids_and_names_never_reach_the_hook(tmp_path: Path) -> None:
+    """A session id holding shell code or an option, a transcript named with shell code: each gap is recorded,
+    its hook never runs (not retried), and one gap_hook_refused line says which field and why. A later
+    session's hook runs as usual (the barrier that the refused ones were ticked past)."""
+    state, data, sessions, calls, env = setup(tmp_path)
+    hostile = {  # file name -> the session id its header holds
+        "s-1.jsonl": 'x" ; touch PWNED ; echo "',
+        "s-2.jsonl": "--output=/tmp/pwned",
+        "$(touch PWNED).jsonl": "s-3",
+    }
+    with running_daemon(state, data, extra_env=env) as daemon:
+        for name, sid in hostile.items():
+            session(sessions / name, sid, "2026-03-20T10:00:00.000Z")
+        daemon.wait_idle()
+        for name in hostile:
+            (sessions / name).rename(sessions / f"{name}.reset.2026-03-20T11-00-00.000Z")
+        wait_for(lambda: len(daemon.events("gap_hook_refused")) >= 3, what="three hooks refused")
+        session(sessions / "s-4.jsonl", "s-4", "2026-03-20T12:00:00.000Z")
+        daemon.wait_idle()
+        (sessions / "s-4.jsonl").rename(sessions / "s-4.jsonl.reset.2026-03-20T13-00-00.000Z")
+        wait_for(lambda: daemon.events("gap_hook_finished"), what="the valid session's hook")
+        refused = daemon.events("gap_hook_refused")
+        assert sorted(e["field"] for e in refused) == ["session_id", "session_id", "transcript"]
+        assert all(e["reason"].startswith("'") for e in refused)  # the value as a short repr
+        gaps = {g["session_id"]: g for g in daemon.get("/status")["gaps"]}
+        assert set(gaps) == {*[sid for sid in hostile.values()], "s-4"}
+        assert {gaps[sid]["last_hook_status"] for sid in hostile.values()} == {"refused"}
+    assert [call[:2] for call in hook_calls(calls)] == [["ops", "s-4"]]
+    assert not list(tmp_path.rglob("PWNED")) and not (Path.cwd() / "PWNED").exists() and not Path("/tmp/pwned").exists()
+
+
+def test_the_hook_gets_each_value_in_its_environment(tmp_path: Path) -> None:
+    state, data, sessions, calls, env = setup(tmp_path)
+    (tmp_path / "hook.py").write_text(ENV_HOOK)
+    live = sessions / "s-1.jsonl"
+    session(live, "s-1", "2026-03-20T10:00:00.000Z")
+    with running_daemon(state, data, extra_env=env) as daemon:
+        daemon.wait_idle()
+        archived = sessions / "s-1.jsonl.reset.2026-03-20T11-00-00.000Z"
+        live.rename(archived)
+        wait_for(lambda: hook_calls(calls), what="hook run")
+    (call,) = [json.loads(raw) for raw in calls.read_text().splitlines()]
+    assert call["env"] == {
+        "VERITAS_GAP_AGENT": "ops", "VERITAS_GAP_SESSION_ID": "s-1", "VERITAS_GAP_TRANSCRIPT": str(archived),
+        "VERITAS_GAP_ENDED_AT": call["argv"][3], "VERITAS_GAP_WORKSPACE": str(state / "workspace-ops"),
+        "VERITAS_GAP_STATE_TIME": "",
+    }
+    assert call["argv"][:3] == ["ops", "s-1", str(archived)] and call["argv"][3].startswith("2026-03-20T10:00:00")

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import sqlite3
+import unicodedata
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -170,6 +171,89 @@ def canonical_agent_id(value: object) -> str:
 def is_agent_dir_name(name: str) -> bool:
     """Whether a directory under `agents/` is one OpenClaw could have made (`AGENT_ID`)."""
     return AGENT_ID.fullmatch(name) is not None
+
+
+# Session ids and the transcript file names built from them (src/config/sessions/paths.ts and
+# artifacts.ts, compiled into `dist/paths-*.mjs` and `dist/artifacts-*.mjs` of 2026.9.6).
+_SESSION_ID_MAX_CHARS = 128  # SAFE_SESSION_ID_RE: one character, then {0,127} (code points: the `u` flag)
+_CHECKPOINT_TRANSCRIPT = re.compile(  # COMPACTION_CHECKPOINT_TRANSCRIPT_RE
+    r"(.+)\.checkpoint\.[0-9a-f]{8}-[0-9a-f]{4}-[1-5][0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}\.jsonl",
+    re.IGNORECASE | re.ASCII | re.DOTALL)
+_ARCHIVE_STAMP = re.compile(  # ARCHIVE_SUFFIX_RE: formatSessionArchiveTimestamp, then an optional generation
+    r"\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:\.\d{3})?Z(?:\.[0-9a-f]{32})?", re.ASCII)
+_URI_COMPONENT = re.compile(r"[A-Za-z0-9\-_.!~*'()%]+", re.ASCII)  # what encodeURIComponent leaves
+_TOPIC_MARK = "-topic-"
+ZSTD_SUFFIX = ".zst"  # SESSION_ARCHIVE_ZSTD_SUFFIX
+
+
+class InvalidSessionId(ValueError):
+    """A session id that is not one by OpenClaw's rule (`validateSessionId`)."""
+
+
+def validate_session_id(value: object) -> str:
+    """OpenClaw's `validateSessionId` (dist/paths-*.mjs): the trimmed id, NFC-normalized already, matching
+    `SAFE_SESSION_ID_RE = /^[\\p{L}\\p{N}][\\p{L}\\p{N}\\p{M}._-]{0,127}$/u`, with `<id>.jsonl` at most 255
+    UTF-8 bytes and not a compaction checkpoint's name. So: one path component, never starting with `-` or `.`,
+    no space, quote, `$`, `;`, `/` or control character. Unicode classes are this Python's `unicodedata`
+    (a letter OpenClaw's newer tables know and Python does not is refused: stricter, never looser).
+    Raises InvalidSessionId, echoing the value only as a short repr."""
+    trimmed = _trim(value)
+    ok = (isinstance(value, str) and 0 < len(trimmed) <= _SESSION_ID_MAX_CHARS
+          and unicodedata.normalize("NFC", trimmed) == trimmed
+          and unicodedata.category(trimmed[0])[0] in "LN"
+          and all(ch in "._-" or unicodedata.category(ch)[0] in "LNM" for ch in trimmed[1:])
+          and len(f"{trimmed}.jsonl".encode()) <= 255
+          and not _CHECKPOINT_TRANSCRIPT.fullmatch(f"{trimmed}.jsonl"))
+    if not ok:
+        shown = short_repr(value) if isinstance(value, str) else f"a {type(value).__name__}"
+        raise InvalidSessionId(f"not an OpenClaw session id: {shown}")
+    return trimmed
+
+
+def is_valid_session_id(value: object) -> bool:
+    try:
+        return validate_session_id(value) == value  # as OpenClaw names it: no surrounding space either
+    except InvalidSessionId:
+        return False
+
+
+def short_repr(value: str, limit: int = 40) -> str:
+    """A value that may be hostile, shown in a log or an error: repr (escapes control characters), cut."""
+    return repr(value) if len(value) <= limit else repr(value[:limit]) + f"... ({len(value)} characters)"
+
+
+def session_transcript_name(name: str) -> str | None:
+    """The session id of a transcript file named exactly as OpenClaw names one, else None:
+    `resolveSessionTranscriptPathInDir`'s `<id>.jsonl` or `<id>-topic-<encodeURIComponent(topic)>.jsonl`
+    (at most 255 bytes), as is or archived (`<name>.<reset|deleted>.<ARCHIVE_SUFFIX_RE>`, `hasArchiveSuffix`),
+    plain or compressed (`.zst`); derived copies (`classify_transcript`) are none."""
+    if name.endswith(ZSTD_SUFFIX):
+        name = name[: -len(ZSTD_SUFFIX)]
+    classified = classify_transcript(name)
+    if classified is None or len(f"{classified.session_stem}.jsonl".encode()) > 255:
+        return None
+    if classified.archived_at is not None and not _ARCHIVE_STAMP.fullmatch(classified.archived_at):
+        return None
+    stem = classified.session_stem
+    rebuilt = f"{stem}.jsonl" + (f".{classified.kind}.{classified.archived_at}" if classified.archived_at else "")
+    if rebuilt != name:  # `$` also matches before a trailing newline: the name must be exactly the rule's
+        return None
+    if is_valid_session_id(stem):
+        return stem
+    at = stem.find(_TOPIC_MARK)
+    while at != -1:  # the id itself may hold `-topic-`: try each split
+        sid, topic = stem[:at], stem[at + len(_TOPIC_MARK):]
+        if is_valid_session_id(sid) and _URI_COMPONENT.fullmatch(topic):
+            return sid
+        at = stem.find(_TOPIC_MARK, at + 1)
+    return None
+
+
+def session_artifact_dir(database: Path) -> Path:
+    """Where OpenClaw writes a transcript database's archives (`resolveSessionArtifactDirectory`): the
+    `sessions/` beside an `agent/` directory, else the database's own directory."""
+    store_dir = database.parent
+    return store_dir.parent / "sessions" if store_dir.name == "agent" else store_dir
 
 
 def _js_resolve(raw: str, base: Path | str) -> Path:

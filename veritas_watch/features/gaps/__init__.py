@@ -59,6 +59,17 @@ when the gap was found, ISO UTC; empty when STATE.md is missing). ``{{``/``}}`` 
 braces. The program (element 0) must be literal. Exit 0 is success; a non-zero exit, a
 timeout (the group gets SIGTERM, then SIGKILL) or a failure to start is retried with capped
 exponential backoff until the gap closes. A successful hook is not run again for that gap.
+Each value also reaches the hook in its environment (``VERITAS_GAP_AGENT``, ``VERITAS_GAP_SESSION_ID``,
+``VERITAS_GAP_TRANSCRIPT``, ``VERITAS_GAP_ENDED_AT``, ``VERITAS_GAP_WORKSPACE``, ``VERITAS_GAP_STATE_TIME``).
+
+A hook runs values, never code. Before each run every value is checked by OpenClaw's own rules
+(``refuse_hook_values``): the agent id, the session id (``validateSessionId``), the transcript (a name
+OpenClaw gives, in the agent's sessions dir or one of its databases), the workspace (as resolved now),
+the instants (our ISO form); none can start with ``-``. A value that fails: the gap stays recorded,
+the hook is not run for it (``last_hook_status`` ``refused``, not retried) and one ``gap_hook_refused``
+line names the field and why. A template that puts a placeholder where an interpreter reads code
+(``sh -c``, ``python -c``, ``node -e``, ``perl -e``, ``env -S``, a shell's script, ...) is refused
+at load: such a script reads the environment instead.
 
 The package, by section: `zones.py` (host zone, instants), `state_md.py` (STATE.md's time),
 `hook.py` (the on_gap hook), `store.py` (gap records, `gaps.sqlite3`), `detector.py` (the
@@ -67,9 +78,13 @@ detector), `service.py` (the daemon's wiring: session ends in, gaps and hooks ou
 
 from veritas_watch.features.gaps.detector import DEFAULT_TOLERANCE, GapDetector
 from veritas_watch.features.gaps.hook import (
+    HOOK_ENV,
     HOOK_PLACEHOLDERS,
+    HookPlaces,
+    HookRefusal,
     HookResult,
     HookStatus,
+    refuse_hook_values,
     render_hook_argv,
     run_hook,
     validate_hook_template,
@@ -79,7 +94,8 @@ from veritas_watch.features.gaps.store import EndedSession, Gap, GapKey, GapStor
 from veritas_watch.features.gaps.zones import format_instant, local_zone, resolve_zone
 
 __all__ = [
-    "DEFAULT_TOLERANCE", "HOOK_PLACEHOLDERS", "STATE_FILE", "EndedSession", "Gap", "GapDetector", "GapKey",
-    "GapStore", "HookResult", "HookStatus", "format_instant", "local_zone", "render_hook_argv", "resolve_zone",
-    "run_hook", "state_last_event", "state_time", "validate_hook_template",
+    "DEFAULT_TOLERANCE", "HOOK_ENV", "HOOK_PLACEHOLDERS", "STATE_FILE", "EndedSession", "Gap", "GapDetector",
+    "GapKey", "GapStore", "HookPlaces", "HookRefusal", "HookResult", "HookStatus", "format_instant", "local_zone",
+    "refuse_hook_values", "render_hook_argv", "resolve_zone", "run_hook", "state_last_event", "state_time",
+    "validate_hook_template",
 ]

@@ -10,7 +10,16 @@ from typing import Any
 
 import structlog
 
-from veritas_watch.features.gaps.hook import KILL_GRACE_S, render_hook_argv, run_hook, validate_hook_template
+from veritas_watch.features.gaps.hook import (
+    KILL_GRACE_S,
+    HookPlaces,
+    HookRefusal,
+    hook_environment,
+    refuse_hook_values,
+    render_hook_argv,
+    run_hook,
+    validate_hook_template,
+)
 from veritas_watch.features.gaps.state_md import STATE_FILE, state_time
 from veritas_watch.features.gaps.store import EndedSession, Gap, GapKey, GapStore, instant_or_none
 from veritas_watch.features.gaps.zones import format_instant, require_aware, to_millis
@@ -45,6 +54,7 @@ class GapDetector:
         output_filter: Callable[[str], str] | None = None,
         clock: Callable[[], datetime] = _utc_now,
         removed: Callable[[str, Path], bool] | None = None,
+        places: Callable[[str], HookPlaces] | None = None,
     ) -> None:
         if hook is not None:
             validate_hook_template(hook)
@@ -52,6 +62,7 @@ class GapDetector:
             raise ValueError("hook_timeout and backoff_initial must be > 0, backoff_max >= backoff_initial")
         self._store = store
         self._removed = removed  # (agent, workspace) -> the agent is gone: its gaps close, no hook runs
+        self._places = places  # agent -> where its values may point (OpenClaw's config, read in a thread)
         self._hook: list[str] = list(hook) if hook else []  # empty: no hook configured
         self._hook_timeout = hook_timeout
         self._default_tz = default_tz
@@ -251,6 +262,14 @@ class GapDetector:
             "state_time": instant_or_none(gap.state_time) or "",
         }
 
+    async def _refusal(self, values: dict[str, str]) -> HookRefusal | None:
+        # The shapes first: a hostile agent id never reaches a lookup of its places.
+        refusal = refuse_hook_values(values)
+        if refusal is None and self._places is not None:
+            places = await asyncio.to_thread(self._places, values["agent"])
+            refusal = refuse_hook_values(values, places)
+        return refusal
+
     async def _hook_task(self, key: GapKey, due_by: datetime) -> None:
         lock = self._agent_locks.setdefault(key.agent_id, asyncio.Lock())
         async with lock, self._hook_slots:
@@ -260,6 +279,15 @@ class GapDetector:
                 return
             if await self._close_if_covered(gap, self._clock()):
                 return
+            values = self._hook_values(gap)
+            if refusal := await self._refusal(values):
+                # The gap stays recorded (status, /health); the hook never runs for it, and is not retried.
+                self._store.set_hook_state(key, attempts=gap.hook_attempts, status="refused", next_attempt_at=None)
+                shown = {"agent": key.agent_id} if refusal.field != "agent" else {}
+                if refusal.field not in ("agent", "session_id"):
+                    shown["session"] = key.session_id
+                self._log.warning("gap_hook_refused", field=refusal.field, reason=refusal.reason, **shown)
+                return
             attempt = gap.hook_attempts + 1
             started = self._clock()
             self._store.set_hook_state(
@@ -268,9 +296,9 @@ class GapDetector:
                 status="running",
                 next_attempt_at=started + timedelta(seconds=self._hook_timeout + KILL_GRACE_S) + self._backoff(attempt),
             )
-            argv = render_hook_argv(self._hook, self._hook_values(gap))
+            argv = render_hook_argv(self._hook, values)
             try:
-                result = await run_hook(argv, self._hook_timeout)
+                result = await run_hook(argv, self._hook_timeout, env=hook_environment(values))
             except asyncio.CancelledError:
                 self._store.set_hook_state(key, attempts=attempt, status="interrupted", next_attempt_at=self._clock())
                 self._log.warning("gap_hook_interrupted", agent=key.agent_id, session=key.session_id)

@@ -19,11 +19,33 @@ import structlog
 
 from veritas_watch.config import Config
 from veritas_watch.features.archive import archive_daily_logs
-from veritas_watch.features.gaps import EndedSession, Gap, GapDetector, GapStore, resolve_zone
+from veritas_watch.features.gaps import EndedSession, Gap, GapDetector, GapStore, HookPlaces, resolve_zone
 from veritas_watch.model import ConversationEnd
-from veritas_watch.openclaw import agent_removed, agent_workspace, iter_agents
+from veritas_watch.openclaw import (
+    SQLITE_NAME,
+    AgentDirs,
+    agent_removed,
+    agent_workspace,
+    canonical_agent_id,
+    iter_agents,
+    session_artifact_dir,
+    transcript_dbs,
+)
 
 log = structlog.get_logger()
+
+
+def hook_places(state_dir: Path, agent_id: str) -> HookPlaces:
+    """Where the agent's hook values may point: its workspace as OpenClaw resolves it now, the directories its
+    transcript files are in (its `sessions/`, each of its databases' archive directory) and its databases."""
+    agent_id = canonical_agent_id(agent_id)
+    dirs = next((a for a in iter_agents(state_dir) if a.agent_id == agent_id), None)
+    if dirs is None:  # not on disk (any more): the layout OpenClaw would give it
+        base = state_dir / "agents" / agent_id
+        dirs = AgentDirs(agent_id, base / "sessions", base / "agent" / SQLITE_NAME)
+    databases = [db.path for db in transcript_dbs(state_dir, [dirs]) if db.agent_id == agent_id]
+    return HookPlaces.of(agent_workspace(state_dir, agent_id),
+                         [dirs.sessions, *map(session_artifact_dir, databases)], databases)
 
 
 def _ended_at(iso: str | None) -> datetime | None:
@@ -55,7 +77,8 @@ class GapService:
 
         detector = GapDetector(store, gaps.on_gap or None, gaps.hook_timeout, resolve_zone(gaps.timezone or None),
                                tolerance=timedelta(seconds=gaps.tolerance),
-                               removed=lambda agent, workspace: agent_removed(config.state_dir, agent, workspace))
+                               removed=lambda agent, workspace: agent_removed(config.state_dir, agent, workspace),
+                               places=lambda agent: hook_places(config.state_dir, agent))
         return cls(config, detector, store, on_detected)
 
     def workspace(self, agent_id: str) -> Path:
