@@ -291,10 +291,14 @@ def test_sigterm_mid_ingest_loses_nothing_and_duplicates_nothing(tmp_path: Path)
     wait_stored(first, 8)
     assert first.stop() == 0
     stopped = [e for e in first.log_events() if e.get("event") == "daemon_stopped"]
-    assert stopped and stopped[-1]["drained"] is True
+    # The stop finished the part being written and committed what was acknowledged; the queue is left to the
+    # next start (it would cost the same embedding now, and a stop under load must fit its unit: issue 38).
+    report = [e for e in first.log_events() if e.get("event") == "shutdown_complete"]
+    assert report and report[-1]["committed"] is True and report[-1]["forced"] is False, report
     assert stopped[-1]["stored"] < len(expected), "ingest finished before SIGTERM: it was not stopped mid-way"
-    # Nothing acknowledged before the stop is embedded and written again after it.
-    assert stopped[-1]["stored"] + assert_all_stored_once(tmp_path, config, expected) == len(expected)
+    # Nothing acknowledged before the stop is embedded and written again after it (a batch cut between two of
+    # its parts: the parts written are found stored, unchanged).
+    assert stopped[-1]["stored"] + assert_all_stored_once(tmp_path, config, expected) <= len(expected)
 
 
 def hung_mid_backfill(tmp_path: Path, notify: NotifySocket,
@@ -333,7 +337,7 @@ def test_second_sigterm_exits_at_once_and_still_loses_nothing(tmp_path: Path, no
 # Under load a SIGTERM took 57 s (the whole queue drained first) where the unit allows 45. The stop is bounded
 # by pipeline.stop_timeout; these tests read the bound and the outcome from what the daemon reports.
 
-STOP_TIMEOUT = 8.0  # seconds (15 by default): the queue is stored for 4, the acknowledged part committed by 6.4
+STOP_TIMEOUT = 8.0  # seconds (15 by default): the part being written has 4, the acknowledged part is committed by 6.4
 
 
 def bounded_stop_config(tmp_path: Path) -> Path:
@@ -352,8 +356,8 @@ def shutdown_report(daemon: DaemonProcess) -> dict[str, Any]:
 
 
 def test_sigterm_under_a_slow_store_leaves_the_queue_and_commits_what_was_acknowledged(tmp_path: Path) -> None:
-    """A store that answers, but slowly (a loaded machine): the queue cannot be stored within half the bound. The
-    stop leaves it to the next start, commits the cursors of every batch the store acknowledged, and says so."""
+    """A store that answers, but slowly (a loaded machine): the stop leaves the queue to the next start, commits
+    the cursors of every batch the store acknowledged, and says so."""
     expected = write_backlog(tmp_path)
     config = bounded_stop_config(tmp_path)
     first = start(tmp_path, None, config, module="tests.stall_daemon",
@@ -361,7 +365,7 @@ def test_sigterm_under_a_slow_store_leaves_the_queue_and_commits_what_was_acknow
     wait_stored(first, 8)
     assert first.stop() == 0
     report = shutdown_report(first)
-    # ~90 entries left at 4 a 0.5 s write: far more than the 4 s the queue is given.
+    # ~90 entries left, 4 to a 0.5 s write: the stop finishes the part being written and leaves the queue.
     assert report["drained"] is False, report
     assert report["committed"] is True, report
     stored = [e for e in first.log_events() if e.get("event") == "daemon_stopped"][-1]["stored"]

@@ -83,9 +83,9 @@ class PipelineConfig:
     queue_size: int = 8
     retry_initial: float = 0.5  # store/embedder retry backoff, seconds
     retry_max: float = 30.0
-    # A stop (SIGTERM) ends within this many seconds at any load: the queue is stored for half of it, then what
-    # the store acknowledged is committed and the rest left to the next start (daemon.Shutdown). The unit's
-    # TimeoutStopSec= (45) stays well above it.
+    # A stop (SIGTERM) ends within this many seconds at any load: the part being written may finish in half of
+    # it, then what the store acknowledged is committed and the rest left to the next start (daemon.Shutdown).
+    # The unit's TimeoutStopSec= (45) stays well above it.
     stop_timeout: float = 15.0
 
 

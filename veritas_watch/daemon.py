@@ -351,7 +351,7 @@ class Daemon:
 
 class Shutdown:
     """A stop's clock, so that it fits the unit's TimeoutStopSec= at any load (issue 38: 57 s under load 12 when
-    the whole queue was drained). It starts when the main loop stops; the queue is stored until
+    the whole queue was drained). It starts when the main loop stops; the batch being stored may finish until
     `DRAIN_SHARE` of `bound`, what the store acknowledged is committed until `COMMIT_SHARE`, and closing
     takes the rest. Past `bound` (a store or model call that does not return cannot be interrupted in its
     thread) the process leaves by itself, as the second SIGTERM does: cursors only move after the store
@@ -436,9 +436,9 @@ class Running:
 
     async def main_loop(self) -> bool:
         """Run until a stop signal (or the backfill's end), then stop in order, within `Shutdown`'s bound: the
-        loop's tasks and the watcher (nothing more is read), the queue stored for the first half of the bound,
-        then what the store acknowledged made durable and its cursors committed; a batch still in flight is
-        left to the next start. True if the queue drained."""
+        loop's tasks and the watcher (nothing more is read), the batch being stored given the first half of the
+        bound, then what the store acknowledged made durable and its cursors committed; what is still queued (or
+        a batch cut short) is left to the next start. True if nothing was left."""
         tasks = [asyncio.create_task(self._sweep_loop(), name="sweep"),
                  asyncio.create_task(self._store_upkeep(), name="store-upkeep")]
         if not self.once:
@@ -462,7 +462,7 @@ class Running:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             self.watcher.stop()
-            shutdown.drained = await sink.drain(timeout=shutdown.left(Shutdown.DRAIN_SHARE))
+            shutdown.drained = await sink.finish_batch(self.sink_task, shutdown.left(Shutdown.DRAIN_SHARE))
             sink.stopping = True
             await _cancelled(self.sink_task)  # a batch still embedding or being written: read again next start
             try:  # one try: the cursors of what the store acknowledged, once it is flushed

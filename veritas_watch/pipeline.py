@@ -10,6 +10,7 @@ segment optimized and, over the memory budget, the store's mappings released.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -372,6 +373,11 @@ class PipelineStats:
     memory_releases: int = 0
 
 
+class SinkClosing(Exception):
+    """A batch stopped between two of its parts at shutdown: not acknowledged, so its cursors stay where they
+    were; the parts already written are found stored (unchanged, not embedded again) when it is read again."""
+
+
 class Sink:
     """Micro-batching embed + upsert with retries. Owns the embedder and store worker threads."""
 
@@ -411,6 +417,7 @@ class Sink:
         self._queries_beside_writes = bool(getattr(embedder, "reentrant", False))
         self._on_store_latency = on_store_latency
         self.stopping = False
+        self.closing = False  # shutdown: no new batch is taken (`finish_batch`)
         self._processing = False
         self.heartbeat = time.monotonic()  # advanced by the sink loop itself: the watchdog's signal
 
@@ -437,7 +444,7 @@ class Sink:
         return result
 
     async def run(self) -> None:
-        while True:
+        while not self.closing:
             self.heartbeat = time.monotonic()
             try:
                 first = await asyncio.wait_for(self.queue.get(), timeout=1.0)
@@ -459,8 +466,11 @@ class Sink:
                 size += len(item.chunks)
                 chars += embedded_chars(item.chunks)
             try:
-                stored = await self._store_with_retry([c for w in batch for c in w.chunks],
-                                                      [w.cleanup for w in batch if w.cleanup is not None])
+                try:
+                    stored = await self._store_with_retry([c for w in batch for c in w.chunks],
+                                                          [w.cleanup for w in batch if w.cleanup is not None])
+                except SinkClosing:
+                    return
                 if stored:
                     # Ack-then-commit: the cursors move only once the store made the points durable, in one
                     # transaction, off the loop. A caller waiting for its unit, a full batch of undurable
@@ -491,6 +501,8 @@ class Sink:
             try:
                 await operation()
                 return True
+            except SinkClosing:
+                raise
             except Exception as exc:
                 attempt += 1
                 if attempt <= 3 or delay >= self._retry_max:
@@ -533,7 +545,9 @@ class Sink:
         started = time.perf_counter()
         fresh, rewritten = await self.in_store_thread(lambda: self._not_yet_stored(chunks))
         self.stats.unchanged += len(chunks) - len(fresh)
-        for part, part_chars in self._parts(fresh):
+        for number, (part, part_chars) in enumerate(self._parts(fresh)):
+            if number and self.closing:
+                raise SinkClosing  # a stop costs one part of a long batch, not the whole batch
             part_started = time.perf_counter()
             points = await self.in_embed_thread(lambda part=part: self.to_points(part))  # type: ignore[misc]
             await self.in_store_thread(lambda points=points: self.store.upsert(points))  # type: ignore[misc]
@@ -684,6 +698,17 @@ class Sink:
 
     def to_points(self, chunks: Sequence[Chunk]) -> list[StoredPoint]:
         return make_points(self.embedder, [(c.point_id, c.text, c.context, c.payload()) for c in chunks])
+
+    async def finish_batch(self, task: asyncio.Task[None], timeout: float) -> bool:
+        """Shutdown: take no new batch, and give the one being stored (by `task`, this sink's `run`) up to `timeout`
+        to finish the part it is writing. True if nothing is left: what is still queued is read again at the next
+        start, as a batch cut short is (its cursors never moved), so a stop costs one part, not the queue."""
+        self.closing = True
+        if not self._processing:  # waiting for work: nothing to finish
+            task.cancel()
+        with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+            await asyncio.wait_for(asyncio.shield(task), timeout)
+        return task.done() and not self._processing and self.queue.empty()
 
     async def drain(self, timeout: float) -> bool:
         """Wait until every queued unit is stored (shutdown, backfill); `make_durable` then commits them."""
