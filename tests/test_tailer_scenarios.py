@@ -372,8 +372,9 @@ def test_s18_inotify_overflow_rescan_catches_up(live: DaemonProcess) -> None:
     noise = [book.sessions / f"noise-{i}.lock" for i in range(2)]  # not transcripts
     live.pause()
     try:
-        # Each open-write-close is 3 events; alternating two files defeats the kernel's coalescing.
-        for i in range(limit // 3 + 2000):
+        # Each open-write-close is 2 events (modify, close_write: the watch does not ask for opens); alternating
+        # two files defeats the kernel's coalescing.
+        for i in range(limit // 2 + 2000):
             with open(noise[i % 2], "ab") as handle:
                 handle.write(b"x")
         append(path, book.entry("flood", role="assistant"))  # its events are lost: queue full

@@ -26,7 +26,19 @@ from pathlib import Path
 from typing import Literal
 
 import structlog
-from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.events import (
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirModifiedEvent,
+    DirMovedEvent,
+    FileClosedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 from watchdog.observers.polling import PollingObserver
@@ -38,6 +50,12 @@ WATCHDOG_LOGGERS = ("watchdog.observers.inotify_c", "watchdog.observers.inotify"
 OVERFLOW_LOG_EVERY_S = 10.0  # at most one overflow warning per this many seconds (with a count)
 COVER_GRACE_S = 3.0  # a new directory must have its inotify watch within this long
 DirKey = tuple[int, int, int]  # device major, device minor, inode
+# The events that are changes. Not IN_OPEN / IN_CLOSE_NOWRITE (watchdog's opened / closed_no_write): the kernel
+# would queue two for every file the daemon's own sweep opens to check it (a thousand transcripts, thousands of
+# events a sweep, each woken for and dispatched by watchdog's threads) only for the hint to ignore them.
+CHANGES: list[type[FileSystemEvent]] = [FileCreatedEvent, DirCreatedEvent, FileModifiedEvent, DirModifiedEvent,
+                                        FileMovedEvent, DirMovedEvent, FileDeletedEvent, DirDeletedEvent,
+                                        FileClosedEvent]
 
 
 class _Hint(FileSystemEventHandler):
@@ -191,7 +209,7 @@ class ChangeWatcher:
             if path in self._watched or not path.is_dir():
                 continue
             try:
-                self._observer.schedule(self._handler, str(path), recursive=recursive)
+                self._observer.schedule(self._handler, str(path), recursive=recursive, event_filter=CHANGES)
                 self._watched.add(path)
             except OSError as exc:
                 if self.mode == "polling":
@@ -239,7 +257,7 @@ class ChangeWatcher:
                 # one watch of its own, and another grace period, before inotify is given up.
                 self._own_watch_tried.add(path)
                 with contextlib.suppress(OSError):
-                    self._observer.schedule(self._handler, str(path), recursive=True)
+                    self._observer.schedule(self._handler, str(path), recursive=True, event_filter=CHANGES)
                 self._uncovered_since[key] = now
                 continue
             self._fall_back(f"no inotify watch on {path} (fs.inotify.max_user_watches reached?)")
