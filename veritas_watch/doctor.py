@@ -27,10 +27,10 @@ from veritas_watch.client import DaemonEndpoint
 from veritas_watch.config import Config
 from veritas_watch.features.credentials import pending_counts
 from veritas_watch.openclaw import agent_workspace, classify_transcript, iter_agents, transcript_dbs
+from veritas_watch.service import UNIT_NAME
 from veritas_watch.terminal import printable
 
 Status = Literal["ok", "warn", "fail"]
-UNIT_NAME = "veritas-watch.service"
 MIN_FREE_BYTES = 1024**3
 # Where `systemctl` (system and --user) looks for a unit installed by an operator or a package.
 SYSTEM_UNIT_DIRS = (Path("/etc/systemd/system"), Path("/usr/local/lib/systemd/system"), Path("/usr/lib/systemd/system"),
