@@ -6,7 +6,6 @@ and `doctor`, `doctor` going on past a bad config, a second daemon refused befor
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon_harness import REPO, DaemonProcess, copy_fixture_sessions, header, message, wait_for
+from tests.daemon_harness import REPO, DaemonProcess, copy_fixture_sessions, header, message
 from tests.secret_corpus import generate_corpus
 
 HOSTILE = "Remember the shed code \x1b]0;pwned\x07\x1b[2J\rcleared screen \u202eevil\u202c and the \x9b31m red"
@@ -160,40 +159,6 @@ def test_a_second_daemon_or_backfill_is_refused_before_the_daemon_loads(daemon: 
         heavy = {"veritas_watch.daemon", "veritas_watch.embedding", "veritas_watch.pipeline", "numpy"} & imported
         assert not heavy, (command, heavy, out.stderr[-3000:])
     assert daemon.running
-
-
-def test_status_on_a_starting_daemon_waits_for_it_and_never_opens_its_store(daemon: DaemonProcess,
-                                                                              tmp_path: Path) -> None:
-    state = tmp_path / "state"
-    sessions = state / "agents" / "main" / "sessions"
-    sessions.mkdir(parents=True)
-    (sessions / "s1.jsonl").write_bytes(header("s1") + message("u1", "user", "The gate squeaks."))
-    starting = DaemonProcess(state, tmp_path / "data")
-    starting.start(wait=False)
-    assert starting.proc is not None
-    pid = starting.proc.pid
-    lock = tmp_path / "data" / "owner.lock"
-    # The lock is the daemon's from its first moments (before its modules load): freeze it there.
-    wait_for(lambda: lock.exists() and f'"pid": {pid}' in lock.read_text(), timeout=120,
-             what="the daemon holds its data dir")
-    starting.pause()
-    err = tmp_path / "status.err"
-    try:
-        with err.open("wb") as handle:
-            status = subprocess.Popen([sys.executable, "-m", "veritas_watch.cli", "status"], env=starting.env,
-                                      stdout=subprocess.PIPE, stderr=handle)
-            wait_for(lambda: b"daemon starting" in err.read_bytes() or status.poll() is not None, timeout=120,
-                     what="status says it waits")
-            assert status.poll() is None, err.read_text()
-            starting.resume()
-            out, _ = status.communicate(timeout=300)
-        assert status.returncode == 0, err.read_text()
-        assert out.decode().startswith("daemon: running"), out
-        assert not starting.events("store_held")
-    finally:
-        starting.resume()
-        if starting.running:
-            assert starting.stop(signal.SIGTERM) == 0
 
 
 def test_json_and_text_agree_on_what_is_stored(daemon: DaemonProcess) -> None:
