@@ -6,6 +6,7 @@ and `doctor`, `doctor` going on past a bad config, a second daemon refused befor
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -179,3 +180,29 @@ def test_a_backfill_counts_what_status_counts(tmp_path: Path) -> None:
     memories = json.loads(backfill.cli("status", "--json").stdout)["agents"]["main"]["entries_stored"]
     assert stopped["rewritten"] > 0, stopped  # the case the counts disagreed on
     assert (stopped["new"], stopped["new"] + stopped["rewritten"]) == (memories, stopped["stored"]), stopped
+
+
+def test_status_on_a_starting_daemon_says_it_is_starting_without_opening_its_store(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A daemon holds the data dir but does not answer yet (its model loading): `status` waits a bounded
+    time, then says so (it took the store itself, or printed 'daemon: not running'); search waits longer."""
+    from veritas_watch import cli as cli_module
+    from veritas_watch.owner import OwnerLock
+
+    (tmp_path / "state" / "agents" / "main" / "sessions").mkdir(parents=True)
+    monkeypatch.setenv("OPENCLAW_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("VERITAS_WATCH_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.delenv("VERITAS_WATCH_CONFIG", raising=False)
+    monkeypatch.setattr(cli_module, "STATUS_WAIT_S", 0.5)
+    starting = OwnerLock(tmp_path / "data")
+    assert starting.try_acquire("daemon", "run")  # what `run` holds from its first moments
+    try:
+        assert cli_module.main(["status"]) == 0
+        out, err = capsys.readouterr()
+        assert out.startswith(f"daemon: starting (pid {os.getpid()}), not ready yet"), out
+        assert "daemon starting" in err
+        assert cli_module.main(["status", "--json"]) == 0
+        assert json.loads(capsys.readouterr().out) == {"running": False, "starting": True, "pid": os.getpid()}
+    finally:
+        starting.release()
+    assert not (tmp_path / "data" / "store").exists()
