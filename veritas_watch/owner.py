@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from veritas_watch.safepath import make_dirs
+
 LOCK_FILE = "owner.lock"
 TOKEN_FILE = "http.token"  # the local token (0600, kept across restarts): whoever reads it reads the data dir
 
@@ -79,7 +81,7 @@ class OwnerLock:
         """Take the lock if it is free (never blocks); True when this process holds it now."""
         if self._fd is not None:
             return True
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        make_dirs(self.path.parent)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

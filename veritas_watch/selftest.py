@@ -32,6 +32,7 @@ import structlog
 from veritas_watch import client
 from veritas_watch.client import DaemonEndpoint
 from veritas_watch.config import Config
+from veritas_watch.safepath import make_dirs
 
 if TYPE_CHECKING:
     pass
@@ -84,14 +85,7 @@ def _transcript(session_id: str, entry_id: str, text: str, now: datetime) -> byt
 
 def _make_dir(path: Path, created: list[Path]) -> None:
     """mkdir -p, remembering what we created (to remove only that afterwards)."""
-    missing = []
-    probe = path
-    while not probe.exists():
-        missing.append(probe)
-        probe = probe.parent
-    for directory in reversed(missing):
-        directory.mkdir(mode=0o700)
-        created.append(directory)
+    created.extend(make_dirs(path))
 
 
 def _hits(endpoint: DaemonEndpoint, query: str, session_id: str) -> list[dict[str, Any]]:

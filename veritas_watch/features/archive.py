@@ -27,8 +27,13 @@ from typing import Any
 
 import structlog
 
+from veritas_watch.safepath import PRIVATE_DIR, make_dirs
+
 MEMORY_DIR = "memory"
 ARCHIVE_DIR = "archive"
+# The archive holds the agent's own daily logs (what was said, day by day): its owner's alone, as the data dir,
+# whatever the umask (under umask 000 it was made 0777). The agent's OpenClaw runs as that owner and still reads it.
+ARCHIVE_MODE = PRIVATE_DIR
 DAILY_LOG_RE = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})\.md")
 
 # errnos meaning "this filesystem cannot hard-link here", as opposed to "target exists"
@@ -100,7 +105,7 @@ def archive_daily_logs(
         return []
     archive = memory / ARCHIVE_DIR
     with contextlib.suppress(FileExistsError):  # a file in the way is reported just below
-        archive.mkdir(exist_ok=True)
+        make_dirs(archive, ARCHIVE_MODE)
     if archive.is_symlink() or not archive.is_dir():
         logger.warning("archive_dir_unusable", workspace=str(workspace), archive=str(archive))
         return []

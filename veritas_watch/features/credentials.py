@@ -40,7 +40,7 @@ import structlog
 
 from veritas_watch.model import SecretFinding, SourceRef
 from veritas_watch.openclaw import session_stem, workspace_for
-from veritas_watch.safepath import inside
+from veritas_watch.safepath import inside, make_dirs
 from veritas_watch.transforms.redact import (
     fingerprint,
     is_masked_rule,
@@ -656,7 +656,7 @@ class IndexStateStore:
     @contextlib.contextmanager
     def update(self) -> Iterator[IndexState]:
         """Load, let the caller change the state, write it back (only if it changed)."""
-        self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        make_dirs(self.data_dir)
         with _locked_dir(self.data_dir):
             state = self.load()
             before = self._dump(state)
@@ -860,7 +860,7 @@ class Vault:
         seen_at: str = "",
     ) -> str:
         """Encrypt `value`, append it, return its ref (`vault:<path>#<n>`); a stored value keeps its ref."""
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        make_dirs(self.path.parent)
         with _locked_dir(self.path.parent):
             existing = self._metadata()
             for number, meta in enumerate(existing, 1):

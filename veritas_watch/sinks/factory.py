@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
+from veritas_watch.safepath import make_dirs
 from veritas_watch.sinks.store import Store, StoredPoint, StoreError, StoreMeta, meta_path
 
 if TYPE_CHECKING:
@@ -79,7 +80,7 @@ def _open_edge(path: Path, meta: StoreMeta, reembed: Reembed | None, segment_poi
         log.warning("store_migration_finished", points=moved)
         return EdgeStore(path, meta, tuning)
     shutil.rmtree(staged, ignore_errors=True)  # an unfinished migration: redone from the intact store
-    path.mkdir(parents=True, exist_ok=True)
+    make_dirs(path)
     store = EdgeStore(path, meta, tuning)
     if stored is None:
         meta_path(path).write_text(meta.to_json())

@@ -27,6 +27,7 @@ from pathlib import Path
 import structlog
 
 from veritas_watch.model import ConversationEnd, SessionState, restore_turn
+from veritas_watch.safepath import make_dirs
 from veritas_watch.sources.sqlite import SessionCursor
 
 log = structlog.get_logger()
@@ -218,7 +219,7 @@ def _pending(state: Mapping[str, object]) -> list[ConversationEnd]:
 class CursorStore:
     def __init__(self, path: Path) -> None:
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(path.parent)
         try:
             self._db = self._open(path)
         except sqlite3.DatabaseError as exc:

@@ -65,7 +65,7 @@ class GapService:
     on_detected: Callable[[str], None] | None = None  # metrics: one call per new gap, with the agent id
     startup: list[EndedSession] = field(default_factory=list)
     first_pass_done: bool = False
-    _last_archive: float = 0.0
+    _last_archive: float = float("-inf")  # the first check runs at once (monotonic starts near 0 at boot)
 
     @classmethod
     def open(cls, config: Config, on_detected: Callable[[str], None] | None = None) -> GapService | NoGaps:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from veritas_watch.features.gaps.zones import format_instant, parse_instant
+from veritas_watch.safepath import make_dirs
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +93,7 @@ class GapStore:
     FILE_NAME = "gaps.sqlite3"
 
     def __init__(self, data_dir: Path) -> None:
-        data_dir.mkdir(parents=True, exist_ok=True)
+        make_dirs(data_dir)
         self.path = data_dir / self.FILE_NAME
         self._db = sqlite3.connect(self.path, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
