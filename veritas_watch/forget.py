@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import sqlite3
+import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
@@ -47,6 +48,7 @@ class ForgetRequests:
         self._db: sqlite3.Connection | None = None
         self._version: int | None = None
         self._sessions: dict[str, frozenset[str]] = {}
+        self._lock = threading.Lock()  # the daemon asks from the loop and from worker threads
 
     def _conn(self, create: bool) -> sqlite3.Connection | None:
         if self._db is None:
@@ -62,30 +64,33 @@ class ForgetRequests:
         return self._db
 
     def add(self, agent_id: str, session_ids: Iterable[str]) -> None:
-        conn = self._conn(create=True)
-        assert conn is not None
         now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
-        conn.executemany("INSERT OR IGNORE INTO forgotten VALUES (?, ?, ?)",
-                         [(agent_id, sid, now) for sid in session_ids])
+        with self._lock:
+            conn = self._conn(create=True)
+            assert conn is not None
+            conn.executemany("INSERT OR IGNORE INTO forgotten VALUES (?, ?, ?)",
+                             [(agent_id, sid, now) for sid in session_ids])
 
     def sessions(self) -> Mapping[str, frozenset[str]]:
         """agent -> the sessions forgotten in it (read again only when the file changed)."""
-        conn = self._conn(create=False)
-        if conn is None:
-            return {}
-        version = int(conn.execute("PRAGMA data_version").fetchone()[0])
-        if version != self._version:
-            self._version = version
-            found: dict[str, set[str]] = {}
-            for agent, sid in conn.execute("SELECT agent_id, session_id FROM forgotten").fetchall():
-                found.setdefault(str(agent), set()).add(str(sid))
-            self._sessions = {agent: frozenset(sids) for agent, sids in found.items()}
-        return self._sessions
+        with self._lock:
+            conn = self._conn(create=False)
+            if conn is None:
+                return {}
+            version = int(conn.execute("PRAGMA data_version").fetchone()[0])
+            if version != self._version:
+                self._version = version
+                found: dict[str, set[str]] = {}
+                for agent, sid in conn.execute("SELECT agent_id, session_id FROM forgotten").fetchall():
+                    found.setdefault(str(agent), set()).add(str(sid))
+                self._sessions = {agent: frozenset(sids) for agent, sids in found.items()}
+            return self._sessions
 
     def close(self) -> None:
-        if self._db is not None:
-            self._db.close()
-            self._db = None
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
 
 
 @dataclass(frozen=True, slots=True)
