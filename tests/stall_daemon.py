@@ -46,7 +46,8 @@ def main() -> int:
     slow = float(os.environ.get("VERITAS_TEST_SLOW_UPSERT", "0"))
     config = load_config()
     logsetup.configure_logging(config.log.level, config.log.format, stream=sys.stdout)
-    daemon = Daemon(config, wrap_store=lambda store: BlockingStore(store, flag, slow))  # type: ignore[arg-type,return-value]
+    daemon = Daemon(config, wrap_store=lambda store: BlockingStore(store, flag, slow),  # type: ignore[arg-type,return-value]
+                    owns_process=True)
     return asyncio.run(daemon.run())
 
 

@@ -162,7 +162,7 @@ def cmd_run(config: Config, once: bool) -> int:
     from veritas_watch.embedding import EmbedderError
 
     try:
-        return asyncio.run(Daemon(config, once=once, owner=owner).run())
+        return asyncio.run(Daemon(config, once=once, owner=owner, owns_process=True).run())
     except StartupError as exc:  # port taken, data dir owned: everything opened is closed again
         print(f"veritas-watch: {exc}", file=sys.stderr)
         return exc.exit_code

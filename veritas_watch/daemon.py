@@ -34,7 +34,7 @@ from veritas_watch.http.app import NoHttp, start_http
 from veritas_watch.metrics import DaemonMetrics
 from veritas_watch.model import RUNTIME_SESSIONS, ConversationEnd, RawRecord, SessionState, SourceRef
 from veritas_watch.openclaw import AgentDirs, TranscriptDb, iter_agents, session_stem, transcript_dbs
-from veritas_watch.owner import DataDirOwned, OwnerLock, StartupError
+from veritas_watch.owner import DataDirOwned, Lost, OwnerLock, StartupError
 from veritas_watch.pipeline import (
     CommitBatch,
     Committer,
@@ -176,8 +176,11 @@ class Daemon:
     """The lifecycle: signals → start-up → main loop (`Running`) → shutdown, with one exit stack."""
 
     def __init__(self, config: Config, *, once: bool = False, wrap_store: StoreWrapper | None = None,
-                 owner: OwnerLock | None = None):
+                 owner: OwnerLock | None = None, owns_process: bool = False):
         self.config = config
+        # The process is this daemon's (`cli run`/`backfill`): a stop past its bound may end the process. A daemon
+        # run inside another program (the tests, an embedding application) never exits it.
+        self.owns_process = owns_process
         self.wrap_store = wrap_store
         self.once = once  # backfill: one pass over everything, then exit
         self.stop_event = asyncio.Event()
@@ -259,7 +262,8 @@ class Daemon:
         sink_task = asyncio.create_task(rt.sink.run(), name="sink")
         opened.push_async_callback(_cancelled, sink_task)  # a no-op after the main loop's shutdown
         running = Running(config, rt, watcher, gaps, capture, self.metrics, self.problems, self.notifier,
-                          self.stop_event, self.hint, sink_task, once=self.once, started=self.started)
+                          self.stop_event, self.hint, sink_task, once=self.once, started=self.started,
+                          owns_process=self.owns_process, data_dir_lost=self.owner.lost)
         self.metrics.attach(rt.sink.stats, running.snapshot, embedder=rt.embedder.name,
                             store="server" if config.store.url else "embedded")
         http.serve(running)
@@ -361,8 +365,9 @@ class Shutdown:
     DRAIN_SHARE = 0.5
     COMMIT_SHARE = 0.8
 
-    def __init__(self, bound: float) -> None:
+    def __init__(self, bound: float, *, exit_when_overdue: bool = True) -> None:
         self.bound = bound
+        self.exit_when_overdue = exit_when_overdue
         self.started = time.monotonic()
         self.drained = False
         self.committed = False
@@ -397,7 +402,8 @@ class Shutdown:
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()
-        os._exit(self.exit_code)
+        if self.exit_when_overdue:
+            os._exit(self.exit_code)
 
 
 async def _cancelled(task: asyncio.Task[None]) -> None:
@@ -425,7 +431,9 @@ class Running:
     sink_task: asyncio.Task[None]
     once: bool = False  # backfill: one pass over everything, then exit
     started: float = 0.0  # time.time() at the daemon's start
+    owns_process: bool = False  # Daemon.owns_process: a stop past its bound may end the process
     backfill_done: bool = False  # the backfill's pass over the history ended (not a stop signal)
+    data_dir_lost: Callable[[], Lost | None] = lambda: None  # the owner lock's `lost` (two stats a tick)
     _said_no_agents: bool = False
     data_dir_gone: bool = False  # removed under the running daemon: it stops (EXIT_DATA_DIR_GONE) to be restarted
     _recent_ends: OrderedDict[tuple[str, str, str | None], None] = field(default_factory=OrderedDict)
@@ -450,7 +458,7 @@ class Running:
         try:
             await self.stop_event.wait()
         finally:
-            shutdown = self.shutdown = Shutdown(self.config.pipeline.stop_timeout)
+            shutdown = self.shutdown = Shutdown(self.config.pipeline.stop_timeout, exit_when_overdue=self.owns_process)
             # what the process exits with if the bound is reached first
             shutdown.exit_code = (EXIT_DATA_DIR_GONE if self.data_dir_gone else
                                   EXIT_BACKFILL_INTERRUPTED if self.once and not self.backfill_done else 0)
@@ -737,12 +745,16 @@ class Running:
         last_status = -5.0
         while True:
             await asyncio.sleep(tick)
-            if not self.config.data_dir.is_dir():
+            if (lost := self.data_dir_lost()) is not None:
                 # Everything it held (store, cursors, keys) is gone: retrying writes into nothing would look
                 # healthy forever. Stop, and let the supervisor start a daemon that builds it again from the
-                # transcripts (a trial: `rm -rf` of the data dir left /health "ok" and nothing durable).
-                log.error("data_dir_vanished", path=str(self.config.data_dir),
-                          hint="restart veritas-watch: it rebuilds memory from the transcripts")
+                # transcripts (a trial: `rm -rf` of the data dir left /health "ok" and nothing durable). Replaced
+                # (moved away and copied back): this daemon writes where no one reads, and a second one could
+                # start on the copy beside it; stop, the restart opens what is at the path now.
+                log.error(lost, path=str(self.config.data_dir),
+                          hint="restart veritas-watch: it " + ("rebuilds memory from the transcripts"
+                                                               if lost == "data_dir_vanished" else
+                                                               "opens the data dir now at this path"))
                 self.data_dir_gone = True
                 self.rt.sink.stopping = True
                 self.stop_event.set()
