@@ -287,3 +287,42 @@ def test_a_data_dir_removed_under_the_daemon_stops_it_to_be_restarted(tmp_path: 
         assert "Traceback" not in proc.log_text()
     finally:
         proc.stop()
+
+
+def test_a_data_dir_replaced_under_the_daemon_stops_it_and_no_second_daemon_starts_beside_it(
+        tmp_path: Path) -> None:
+    """Moved away and copied back (a restore, a `cp -a` round trip): the copy carries the lock file, not the lock.
+    A second daemon started on it while the first still runs is refused (the lock file names a live daemon);
+    the first, at its next tick, says `data_dir_replaced` and exits non-zero; then a daemon starts on the copy."""
+    import shutil
+    import signal
+
+    from tests.daemon_harness import DaemonProcess
+
+    (tmp_path / "state" / "agents").mkdir(parents=True)
+    data = tmp_path / "data"
+    first = DaemonProcess(tmp_path / "state", data).start()
+    assert first.proc is not None
+    second = DaemonProcess(tmp_path / "state", data)
+    second.log_path = tmp_path / "second.log"
+    try:
+        first.wait_idle()
+        first.pause()  # frozen: it cannot notice the replacement before the second daemon tries
+        shutil.copytree(data, tmp_path / "data.copy", symlinks=True, ignore=shutil.ignore_patterns("*.sock"))
+        data.rename(tmp_path / "data.old")
+        (tmp_path / "data.copy").rename(data)
+        second.start("run", wait=False)
+        assert second.proc is not None and second.proc.wait(timeout=120) == 4
+        assert f"another veritas-watch daemon (pid {first.proc.pid})" in second.log_text(), second.log_text()[-2000:]
+        first.resume()
+        assert first.proc.wait(timeout=90) != 0
+        (replaced,) = first.events("data_dir_replaced")
+        assert replaced["path"] == str(data) and replaced["level"] == "error"
+        assert "Traceback" not in first.log_text()
+        third = DaemonProcess(tmp_path / "state", data).start()  # the first is gone: the copy is free
+        assert third.stop() == 0
+    finally:
+        for daemon in (first, second):
+            if daemon.running:
+                daemon.proc.send_signal(signal.SIGKILL)  # type: ignore[union-attr]
+                daemon.proc.wait()  # type: ignore[union-attr]

@@ -68,23 +68,59 @@ class Holder:
         return f"{what} (pid {self.pid})"
 
 
+Lost = Literal["data_dir_vanished", "data_dir_replaced"]
+
+
+def _running_since(pid: int, since: float) -> bool:
+    """Whether process `pid` runs and already ran at `since` (epoch seconds): a pid reused by a process started
+    later is not it. Another user's process counts as running; without /proc, any live pid does."""
+    if pid <= 0 or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
+        started = boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22, starttime, in clock ticks
+    except (OSError, ValueError, IndexError, StopIteration):
+        return True
+    return started <= since + 1.0  # btime has a second's precision
+
+
 class OwnerLock:
     def __init__(self, data_dir: Path) -> None:
         self.path = data_dir / LOCK_FILE
         self._fd: int | None = None
+        self._identity: tuple[tuple[int, int], tuple[int, int]] | None = None  # (data dir, lock file) when taken
 
     @property
     def held(self) -> bool:
         return self._fd is not None
 
     def try_acquire(self, role: Role, command: str) -> bool:
-        """Take the lock if it is free (never blocks); True when this process holds it now."""
+        """Take the lock if it is free (never blocks); True when this process holds it now.
+
+        A daemon does not take a lock file whose record names another daemon still running: a data dir copied
+        (or moved back) under a running daemon carries its lock file, not its lock, and two daemons on one
+        store is how a store gets unreadable. `holder()` then names that daemon."""
         if self._fd is not None:
             return True
         make_dirs(self.path.parent)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            previous = self._record()
+            if role == "daemon" and previous is not None and previous[0].role == "daemon" \
+                    and _running_since(previous[0].pid, previous[1]):
+                os.close(fd)
+                return False
+            self._identity = ((st := os.stat(self.path.parent)).st_dev, st.st_ino), \
+                ((lock := os.fstat(fd)).st_dev, lock.st_ino)
         except BlockingIOError:
             os.close(fd)
             return False
@@ -97,14 +133,41 @@ class OwnerLock:
         self._fd = fd
         return True
 
-    def holder(self) -> Holder | None:
-        """Who holds the lock now, as they wrote it (None: free, or not written yet)."""
+    def _record(self) -> tuple[Holder, float] | None:
+        """Who wrote the lock file last, and since when (None: empty, unreadable)."""
         try:
             raw: Any = json.loads(self.path.read_text())
-            holder = Holder(int(raw["pid"]), str(raw["role"]), str(raw.get("command", "")))
+            return Holder(int(raw["pid"]), str(raw["role"]), str(raw.get("command", ""))), float(raw.get("since", 0))
         except (OSError, ValueError, KeyError, TypeError):
             return None
-        return holder if self.is_held_by_someone() else None
+
+    def holder(self) -> Holder | None:
+        """Who holds the lock now, as they wrote it (None: free, or not written yet); also a daemon still running
+        whose lock file this is a copy of (`try_acquire`)."""
+        record = self._record()
+        if record is None:
+            return None
+        holder, since = record
+        copied_from_live = holder.role == "daemon" and _running_since(holder.pid, since)
+        return holder if self.is_held_by_someone() or copied_from_live else None
+
+    def lost(self) -> Lost | None:
+        """Whether the data dir this lock guards is still the one locked: gone (`data_dir_vanished`), or another
+        directory or lock file at its path (`data_dir_replaced`: moved away and copied back, restored from a
+        backup), where a second daemon could take a lock of its own. Two stats; None while it is the same."""
+        if self._identity is None:
+            return None
+        try:
+            data_dir = os.stat(self.path.parent)
+        except FileNotFoundError:
+            return "data_dir_vanished"
+        try:
+            lock = os.stat(self.path, follow_symlinks=False)
+        except FileNotFoundError:
+            return "data_dir_replaced"
+        if ((data_dir.st_dev, data_dir.st_ino), (lock.st_dev, lock.st_ino)) != self._identity:
+            return "data_dir_replaced"
+        return None
 
     def is_held_by_someone(self) -> bool:
         if self._fd is not None:
@@ -127,6 +190,7 @@ class OwnerLock:
                 os.ftruncate(self._fd, 0)
             os.close(self._fd)
             self._fd = None
+            self._identity = None
 
 
 def read_local_token(data_dir: Path) -> str | None:
