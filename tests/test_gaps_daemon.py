@@ -44,16 +44,22 @@ def hook_calls(calls: Path) -> list[list[str]]:
     return [json.loads(raw) for raw in calls.read_text().splitlines()] if calls.exists() else []
 
 
+def reset_and_wait_for_the_hook(daemon: DaemonProcess, live: Path, calls: Path) -> Path:
+    """Once what is on disk is stored, end the session (`/reset` renames its transcript), until the hook ran."""
+    daemon.wait_idle()
+    archived = live.with_name(f"{live.name}.reset.2026-03-20T11-00-00.000Z")
+    live.rename(archived)
+    wait_for(lambda: hook_calls(calls), what="hook run")
+    return archived
+
+
 def test_reset_with_stale_state_fires_once_and_closes(tmp_path: Path) -> None:
     state, data, sessions, calls, env = setup(tmp_path)
     (state / "workspace-ops" / "STATE.md").write_text("## Events\n- 2026-03-19 08:00 UTC deployed v1\n")
     live = sessions / "s-1.jsonl"
     session(live, "s-1", "2026-03-20T10:00:00.000Z")
     with running_daemon(state, data, extra_env=env) as daemon:
-        daemon.wait_idle()
-        archived = sessions / "s-1.jsonl.reset.2026-03-20T11-00-00.000Z"
-        live.rename(archived)
-        wait_for(lambda: hook_calls(calls), what="hook run")
+        archived = reset_and_wait_for_the_hook(daemon, live, calls)
         (call,) = hook_calls(calls)
         assert call[:3] == ["ops", "s-1", str(archived)]
         assert call[3].startswith("2026-03-20T10:00:00")
@@ -240,10 +246,7 @@ def test_the_hook_gets_each_value_in_its_environment(tmp_path: Path) -> None:
     live = sessions / "s-1.jsonl"
     session(live, "s-1", "2026-03-20T10:00:00.000Z")
     with running_daemon(state, data, extra_env=env) as daemon:
-        daemon.wait_idle()
-        archived = sessions / "s-1.jsonl.reset.2026-03-20T11-00-00.000Z"
-        live.rename(archived)
-        wait_for(lambda: hook_calls(calls), what="hook run")
+        archived = reset_and_wait_for_the_hook(daemon, live, calls)
     (call,) = [json.loads(raw) for raw in calls.read_text().splitlines()]
     assert call["env"] == {
         "VERITAS_GAP_AGENT": "ops", "VERITAS_GAP_SESSION_ID": "s-1", "VERITAS_GAP_TRANSCRIPT": str(archived),
