@@ -50,6 +50,11 @@ The recall corpora of tests/secret_corpus_public.py are built from secrets nobod
   case as its example text; `ok:` cases are negative examples; values generated from the rules' regexes.
   Measured once, its misses not read.
 
+- eighth set, held out (issue 37): secrets-patterns-db (mazen160/secrets-patterns-db, `db/rules-stable.yml`), a
+  pattern database without test cases: values generated from its high-confidence rules' regexes (the capture
+  group where a keyword and `.{0,40}` come first); rules for what goes with a key (ARNs, buckets, hosts, ids,
+  URLs, e-mail addresses, the later parts of a multi-part rule) skipped. Measured blind first.
+
 Every set: a URL with a password in its userinfo gives the password; a sample that is a published example
 (the detector's `is_documented_example`) is `documented_example`, test filler (`abc123def456...`,
 `1234567890`, a unit said three times) is `filler`, and neither is counted by the recall measurement.
@@ -64,6 +69,7 @@ checkouts of the repositories to regenerate:
   .venv/bin/python bench/rule_samples.py --detect-secrets ../detect-secrets
   .venv/bin/python bench/rule_samples.py --secretlint ../secretlint
   .venv/bin/python bench/rule_samples.py --semgrep ../semgrep-rules
+  .venv/bin/python bench/rule_samples.py --spdb ../secrets-patterns-db
 """
 
 from __future__ import annotations
@@ -1306,6 +1312,50 @@ def detect_secrets_shapes(root: Path) -> list[dict[str, str]]:
     return out
 
 
+# secrets-patterns-db (mazen160/secrets-patterns-db, `db/rules-stable.yml`): a pattern database, no test cases.
+# Rules named for what accompanies a credential (an ARN, a bucket, a host name, an id, a URL, an e-mail) and the
+# later parts of a multi-part rule (`Autodesk - 2`: in its convention the parts after the first are the id or
+# the endpoint the key goes with) find no credential.
+_SPDB_NOT_A_CREDENTIAL_RE = re.compile(
+    r"(?i)\b(?:arn|bucket|ec2|elb|rds|elasticcache|api gateway|id|ids|url|uri|endpoint|host|hostname|domain|"
+    r"e-?mail|username|user|account|region|cred file info|mws id)\b|[_-](?:id|url|host|user|username|email)$|"
+    r" - [2-9]$"
+)
+
+
+def spdb_samples(root: Path, rng: random.Random) -> list[dict[str, Any]]:
+    """secrets-patterns-db's high-confidence rules (`db/rules-stable.yml`): values generated from each rule's
+    regex (its capture group when it has one: the regexes that put a keyword and `.{0,40}` ahead of the value;
+    a regex with context around the value and no group is skipped). Values holding an e-mail address or a URL
+    without a token in its path are what accompanies a key, not one."""
+    spec = yaml.safe_load((root / "db" / "rules-stable.yml").read_text(encoding="utf-8"))
+    out: list[dict[str, Any]] = []
+    for entry in spec["patterns"]:
+        rule = entry["pattern"]
+        name, pattern = str(rule["name"]), str(rule["regex"])
+        if rule.get("confidence") != "high" or _SPDB_NOT_A_CREDENTIAL_RE.search(name):
+            continue
+        rid = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+        try:
+            groups = re.compile(to_python(pattern)[0]).groups
+        except re.error:
+            continue
+        if not groups and re.search(r"\.[{*+]|\\s", pattern):
+            continue
+        base = {"source": "spdb", "rule": rid, "family": _family(rid), "ident": _identifier(rid, [])}
+        seen: set[str] = set()
+        for generated in generate(pattern, 1 if groups else None, rng, PER_RULE // 2):
+            # a leading `-`/`.` is the generator taking the class's punctuation first, where `\b` let it
+            secret = (_sg_value(generated) or "").lstrip("-._")
+            if (len(secret) < 8 or secret in seen or _SG_RANGE_DEBRIS_RE.search(secret) or "@" in secret
+                    or re.fullmatch(r"[A-Za-z_]+", secret)  # a setting's name (`algolia_api_key`), no value
+                    or ("://" in secret and not re.search(r"://[^/\s]+/\S{16,}", secret))):
+                continue
+            seen.add(secret)
+            out.append({**base, "secret": secret, "origin": "generated"})
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gitleaks", type=Path, help="a gitleaks checkout")
@@ -1314,6 +1364,7 @@ def main() -> None:
     parser.add_argument("--kingfisher", type=Path, help="a kingfisher checkout")
     parser.add_argument("--secretlint", type=Path, help="a secretlint checkout")
     parser.add_argument("--semgrep", type=Path, help="a semgrep-rules checkout (held out: issue 37)")
+    parser.add_argument("--spdb", type=Path, help="a secrets-patterns-db checkout (held out: issue 37)")
     parser.add_argument("--detect-secrets", type=Path, help="a detect-secrets checkout (code-line shapes)")
     parser.add_argument("--seed", type=int, default=20261201)
     parser.add_argument("--out", type=Path, default=OUT,
@@ -1333,7 +1384,8 @@ def main() -> None:
                            ("trufflehog", args.trufflehog, trufflehog_samples),
                            ("kingfisher", args.kingfisher, kingfisher_samples),
                            ("secretlint", args.secretlint, secretlint_samples),
-                           ("semgrep", args.semgrep, semgrep_samples)):
+                           ("semgrep", args.semgrep, semgrep_samples),
+                           ("spdb", args.spdb, spdb_samples)):
         if args.reclean:
             samples = json.loads(gzip.decompress((out / f"public_rules_{name}.json.gz").read_bytes()))
         elif root is None:

@@ -97,7 +97,7 @@ def test_recall_on_the_held_out_corpus_noseyparker() -> None:
     result = recall("noseyparker")
     report("noseyparker", result)
     assert result.overall.total >= 5500
-    assert result.overall.recall >= 0.978
+    assert result.overall.recall >= 0.985  # (0.978 before the chat, curl and URL pass of issue 37)
     for shape, tally in result.by_shape.items():
         # the example texts' misses are mostly documented placeholders (`Password=secret;`), kept visible
         assert tally.recall >= (0.93 if shape == "example" else 0.95), shape
@@ -111,9 +111,9 @@ def test_recall_on_the_third_corpus_trufflehog() -> None:
     report("trufflehog", result)
     assert result.overall.total >= 5400
     assert len({s.rule.split(":")[0] for s in positives("trufflehog")}) >= 800
-    assert result.overall.recall >= 0.978
-    floors = {"en": 0.96, "example": 0.955, "json": 0.985, "code": 0.985, "env": 0.99, "shell": 0.99, "zh": 0.99,
-              "curl": 0.95, "url": 0.98}
+    assert result.overall.recall >= 0.985  # (0.978 before the chat, curl and URL pass of issue 37)
+    floors = {"en": 0.965, "example": 0.97, "json": 0.99, "code": 0.99, "env": 0.99, "shell": 0.99, "zh": 0.99,
+              "curl": 0.985, "url": 0.99}
     for shape, tally in result.by_shape.items():
         assert tally.recall >= floors[shape], shape
     partial = [p for p, how in result.misses if how == "partial"]
@@ -127,9 +127,9 @@ def test_recall_on_the_fourth_corpus_kingfisher() -> None:
     result = recall("kingfisher")
     report("kingfisher", result)
     assert result.overall.total >= 10000
-    assert result.overall.recall >= 0.975  # (0.978 before the curl and URL shapes joined the corpus, issue 37)
-    floors = {"en": 0.955, "example": 0.905, "json": 0.985, "code": 0.98, "env": 0.985, "shell": 0.99, "zh": 0.983,
-              "curl": 0.95, "url": 0.98}
+    assert result.overall.recall >= 0.98  # (0.975 before the chat, curl and URL pass of issue 37)
+    floors = {"en": 0.955, "example": 0.91, "json": 0.985, "code": 0.98, "env": 0.985, "shell": 0.99, "zh": 0.985,
+              "curl": 0.985, "url": 0.99}
     for shape, tally in result.by_shape.items():
         assert tally.recall >= floors[shape], shape
     partial = [p for p, how in result.misses if how == "partial"]
@@ -172,13 +172,30 @@ def test_recall_on_the_held_out_semgrep_set() -> None:
     contexts 95.5% (chat 92.3%, code 98.7%, env 97.4%, JSON 98.7%, curl 94.7%, URL 92.1%). Its misses read
     afterwards are mostly what its samples call the secret: Teams webhook URLs cut before their
     `@…/IncomingWebhook/…` part, Braintree tokens with the `access_token$` word, unsigned JWTs (two parts),
-    Google OAuth client ids (public), a low-entropy SonarQube example; no detector was changed for them.
-    A regression floor at the blind figures."""
+    Google OAuth client ids (public), a low-entropy SonarQube example. The general detectors that followed
+    (a JWT its header proves, webhook URLs with a token in their path, long keys as curl's user, URL query
+    parameters named as secrets) took it to 98.9% (chat 97.4%, code, env and JSON 100%, curl 98.7%, URL 97.4%):
+    no longer a blind figure, a regression floor."""
     result = recall("semgrep")
     contexts = by_context(result)
     found, total = sum(t.found for t in contexts.values()), sum(t.total for t in contexts.values())
-    assert total >= 550 and found / total >= 0.954
-    floors = {"chat": 0.92, "code": 0.98, "env": 0.97, "json": 0.98, "curl": 0.94, "url": 0.92}
+    assert total >= 550 and found / total >= 0.985
+    floors = {"chat": 0.97, "code": 0.99, "env": 0.99, "json": 0.99, "curl": 0.98, "url": 0.97}
+    for context, tally in contexts.items():
+        assert tally.recall >= floors[context], context
+
+
+def test_recall_on_the_held_out_secrets_patterns_db_set() -> None:
+    """secrets-patterns-db's high-confidence rules (issue 37; values generated from their regexes), measured blind
+    before the chat, curl and URL pass: six contexts 96.64% (chat 95.2%, code 97.3%, env 97.8%, JSON 97.3%,
+    curl 94.6%, URL 97.9%); after it, its misses still unread: 97.9% (chat 96.3%, code 98.2%, env 98.7%,
+    JSON 98.2%, curl 98.5%, URL 98.8%). A regression floor at that figure."""
+    result = recall("spdb")
+    contexts = by_context(result)
+    found, total = sum(t.found for t in contexts.values()), sum(t.total for t in contexts.values())
+    assert len({s.rule for s in positives("spdb")}) >= 200
+    assert total >= 2500 and found / total >= 0.979
+    floors = {"chat": 0.96, "code": 0.98, "env": 0.985, "json": 0.98, "curl": 0.985, "url": 0.985}
     for context, tally in contexts.items():
         assert tally.recall >= floors[context], context
 
@@ -1091,6 +1108,44 @@ NOT_SECRETS_SECOND_TRIAL = [
 ]
 
 
+# Issue 37, the chat, curl and URL contexts (misses of the scanners' sets read, general shapes kept): a JWT its
+# header alone proves (unsigned, an opaque body), a key as curl's user running to hundreds of characters, a
+# webhook URL whose path carries the token, a URL query parameter named as a secret. Values written here.
+_LONG_B64_KEY = (
+    "K8dxLrBov2bTJigCvZ5OiylNfBE4/SJfzMaIdH4CQTAUoV+i5vlKOe+sfO6l+wsVzvuDOjvnJ9CmcoUauQ9jiLDYFh1/Ivd6AitF/65VFuotbG9Q"
+    "utr8ekdrfFGGFD+KTY++ZiCP/To2iv/3ZULs6FC34sLmWhDolNgfJEf/GWShtkZuO7zS6TGz91TTisY+ovawwbDA8jKt6/wav7P5MupqX/tWWxo"
+    "EEgiMQpCnKCOR/Ouv7ljFgj2KIfVK7H0RS58HI1o5vE75O6Lx8pbNdOPXV3bvWKh51CXTkZgis1Ly"
+)
+CHAT_URL_CURL_ROUND = [
+    ("unsigned JWT (alg none, no signature)",
+     "eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0.eyJzdWIiOiJvcHMtYm90Iiwic2NvcGUiOiJhZG1pbiJ9",
+     "the bot needs {v} to call it"),
+    ("JWT header, opaque body", "eyJhbGciOiJIUzI1NiJ9.leV4n6KW24sgl0jKU3UeB1ibaUiCdPTucbBNDMfKIA9sBIg45naIEl4qRSdmtiuF",
+     "ok so {v} is what the vendor gave me"),
+    ("curl -u with a 300-character key", _LONG_B64_KEY, "curl -u {v}: https://api.example.com/v1/items"),
+    ("curl --user= with a long key and X", _LONG_B64_KEY, "curl -X POST --user={v}:X https://api.example.com/v1/send"),
+    ("webhook URL, token in its path", "https://chat.example.org/hooks/ssYvKWuZAYVKDc90iY0hDpGD",
+     "post to {v} when the deploy is done"),
+    ("older Teams webhook form", "https://outlook.office.com/webhook/206147976f4c0-73e-350c996779303b4405",
+     "Use {v} as the token, thanks."),
+    ("URL query password, a chosen word", "bluefrog", "https://ftp.example.com/login?user=admin&password={v}"),
+    ("URL query password, letters and a dot", "Rk.mWqZtxBvL", "https://intranet.example.com/login?user=ops&password={v}"),
+    ("URL query api key, padded base64", "qWsbTkePxJmNvR+z==", "see https://api.example.com/v1/items?apikey={v}"),
+    ("URL query secret, short mixed case", "tQNAROAw",
+     "curl 'https://api.example.com/v1/query?django_secret={v}&units=metric'"),
+]
+NOT_SECRETS_CHAT_URL_CURL = [
+    "see https://github.com/org/repo/settings/hooks/123456789 for the hook",
+    "the guide is at https://docs.example.com/webhooks/getting-started-with-the-api-guide",
+    "https://api.github.com/repos/octo-org/hello-world/hooks/12345678/pings",
+    "https://example.com/search?q=password&page_token=next_page&key=value",
+    "https://x.example.com/login?user=admin&password=YOUR_PASSWORD",
+    "https://x.example.com/login?user=admin&password=${DB_PASSWORD}",
+    "the profile blob eyJuYW1lIjoiYWxpY2UiLCJhZ2UiOjMwfQ.backup2024x is in the bucket",
+    "the header eyJhbGciOiJIUzI1NiJ9 alone says nothing",
+]
+
+
 def test_a_password_typed_twice_is_hidden_both_times() -> None:
     for text, value in (("my password is Summer24! and when I type Summer24! on the VPN it fails", "Summer24!"),
                         ('password is hunter22 and I typed "hunter22"', "hunter22")):
@@ -1118,6 +1173,7 @@ HIDDEN_WHOLE = {
     "settings (whispers)": SETTINGS_ROUND,
     "command lines": COMMAND_LINE_ROUND,
     "second credential trial": SECOND_TRIAL_ROUND,
+    "chat, curl and URL shapes (issue 37)": CHAT_URL_CURL_ROUND,
 }
 LEFT_ALONE = {
     "code": CODE_NOT_SECRETS,
@@ -1132,6 +1188,7 @@ LEFT_ALONE = {
     "openclaw docs": NOT_SECRETS_OPENCLAW_DOCS,
     "command lines": NOT_SECRETS_COMMAND_LINES,
     "second credential trial": NOT_SECRETS_SECOND_TRIAL,
+    "chat, curl and URL shapes (issue 37)": NOT_SECRETS_CHAT_URL_CURL,
 }
 
 

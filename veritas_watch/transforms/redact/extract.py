@@ -94,6 +94,18 @@ _JOINED_WORDS_RE = re.compile(r"[A-Za-z]+(?:[^A-Za-z0-9][A-Za-z]+)+")
 _QUERY_NEXT_RE = re.compile(r"&[A-Za-z_][A-Za-z0-9_.\-]*=")
 
 
+_URL_HEAD_RE = re.compile(r"[a-z][a-z0-9+.\-]*://\S", re.I)
+
+
+def _in_url_query(text: str, name_start: int) -> bool:
+    """Is the name at `name_start` a parameter of a URL's query (`https://…?api_key=`, `…&password=`)?"""
+    if text[name_start - 1 : name_start] not in ("?", "&"):
+        return False
+    token_start = max(text.rfind(c, max(0, name_start - 2048), name_start) for c in " \t\n\"'`<(") + 1
+    head = _URL_HEAD_RE.search(text, token_start, name_start)
+    return head is not None and "?" in text[head.end() : name_start]
+
+
 def _extract_assignment(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
     groups = m.groupdict()
     raw = groups.get("qv") if groups.get("qv") is not None else groups.get("v")
@@ -102,8 +114,12 @@ def _extract_assignment(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
     name = m.group("name")
     if rule.name == "secret_setter_call" and re.match(r"(?i)get(?:_|[A-Z]|$)", name):
         return None  # `keyring.get_password('system', 'username')`: a getter's arguments name what it gets
-    # `"pass": "…"`: alone, `pass` is too ambiguous a name, but a quoted key of a JSON object or a config is one
-    quoted_pass = name.lower() == "pass" and bool(groups.get("nq")) and groups.get("qv") is not None
+    in_query = _in_url_query(text, m.start("name"))
+    # `"pass": "…"`: alone, `pass` is too ambiguous a name, but a quoted key of a JSON object or a config is one,
+    # and so is a URL's query parameter (`?user=ops&pass=…`)
+    quoted_pass = name.lower() == "pass" and (
+        (bool(groups.get("nq")) and groups.get("qv") is not None) or in_query
+    )
     if not is_secret_name(name) and not quoted_pass:
         return None
     if groups.get("op") == "," and not groups.get("nq"):
@@ -156,7 +172,9 @@ def _extract_assignment(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
     vouched = word == "password" or "secret" in name.lower() or (quoted and _QUALIFIED_KEY_RE.search(name) is not None)
     # a word-built password under an explicit password or secret name, where it is set off as a value:
     # a string literal, an env-style setting, a YAML/INI line (`password: centipede`), an XML element
-    as_value = (quoted or env_style or setting or rule.name == "xml_secret_element" or _setting_line(m, text)) and (
+    # ... and a URL's query parameter, which is a name and its value whatever the text around the URL
+    as_value = (quoted or env_style or setting or in_query or rule.name == "xml_secret_element"
+                or _setting_line(m, text)) and (
         groups.get("op") != ","  # `("secret", "private")`: a list of names, not a name and its value
     )
     named = word == "password" or _NAME_ENDS_SECRET_RE.search(last) is not None
@@ -167,6 +185,11 @@ def _extract_assignment(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
         or ((vouched or (env_style and not _JOINED_WORDS_RE.fullmatch(unwrapped))) and _symbol_password(unwrapped))
         or _random_printable(unwrapped, min_classes=3 if vouched else 4)
         or (named and as_value and _chosen_word_password(unwrapped))
+        # a key in a URL is percent-encoded or base64 with its padding (`?apikey=hHOfvH+onByaUvZ==`), mixes
+        # fewer character classes than one in prose, and the parameter's name vouches for it
+        or (in_query and _random_printable(unwrapped, min_classes=2))
+        or (in_query and word == "password" and len(unwrapped) >= 8 and _char_classes(unwrapped) >= 3
+            and not _is_placeholder(unwrapped) and not _REFERENCE_RE.search(unwrapped))
     ):
         return None
     service = service_from_name(last, known_only=True) or _known_service_near(text, m.start(), window=60)
@@ -323,6 +346,16 @@ def _service_of_command(text: str, start: int, end: int) -> str | None:
     return service
 
 
+def _key_as_user(user: str) -> bool:
+    """`-u hHOfvH+onByaUvZ==:`, `-u be8dfd.da8a689a46edc282:`: with an empty password the user is the key by
+    the convention the flag is used with; long, not made of words, no address, mixed classes, spread."""
+    return (
+        len(user) >= 16 and "@" not in user and _char_classes(user) >= 2 and shannon_entropy(user) >= 3.2
+        and not _is_wordish(user) and not _is_placeholder(user) and not _REFERENCE_RE.search(user)
+        and not _looks_like_code_or_path(user)
+    )
+
+
 def _extract_curl_user(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
     if _USER_FLAG_TOOLS_RE.search(text, max(0, m.start() - 400), m.start()) is None:
         return None
@@ -341,7 +374,7 @@ def _extract_curl_user(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
             return None
         if password.startswith("$") and not any(c.isdigit() for c in password):
             return None  # `-u user:$TOKEN`
-    elif not _plausible(user, "token"):
+    elif not (_plausible(user, "token") or _key_as_user(user)):
         return None  # `-u sk_test_...:` (an API key as the user, no password) must look like a key
     if not password or token_like(user):
         # `-u KEY:` (Stripe's, Mailgun's way) or `-u KEY:PW`: the user is a key, the whole argument the credential

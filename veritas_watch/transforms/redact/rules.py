@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import re
 
 from veritas_watch.transforms.redact.base import (
@@ -1065,11 +1066,13 @@ _URL_CREDENTIALS_RE = (
 _DSN_CREDENTIALS_RE = r"(?<![\w.\-:/@])(?P<scheme>)" + _USERINFO + r"(?P<host>tcp|unix)(?=\()"
 # `curl -u user:password`, `--user 'user:pass'`, `--user=user:pass`, `-u "user":"pass"`, `--proxy-user`/`-U`:
 # user and password go together (`curl -u` takes them as one argument, and the user alone often is an API key id).
+# (A key as the user runs to a few hundred characters: OAuth refresh tokens, JWTs, base64 of a key pair;
+# the bounds only stop a runaway match.)
 _CURL_USER_RE = (
     r"(?<![\w\-])(?:-u|--user|-U|--proxy-user)(?:=|[ \t]+)(?P<arg>"
-    r"(?P<wq>[\"'])(?P<wuser>[^\s:\"']{0,128}):(?P<wpass>[^\"'\n]{0,256})(?P=wq)|"  # 'user:pass', ":pass", "key:"
-    r"(?P<quser>\"[^\"\n:]{1,128}\"|'[^'\n:]{1,128}'):(?P<qpass>\"[^\"\n]{1,256}\"|'[^'\n]{1,256}')|"  # "u":"p"
-    r"(?P<user>[^\s:\"']{1,128}):(?P<pass>'[^'\n]{1,256}'|\"[^\"\n]{1,256}\"|[^\s\"']{0,256}))"  # user:pass, key:
+    r"(?P<wq>[\"'])(?P<wuser>[^\s:\"']{0,1024}):(?P<wpass>[^\"'\n]{0,1024})(?P=wq)|"  # 'user:pass', ":pass", "key:"
+    r"(?P<quser>\"[^\"\n:]{1,1024}\"|'[^'\n:]{1,1024}'):(?P<qpass>\"[^\"\n]{1,1024}\"|'[^'\n]{1,1024}')|"  # "u":"p"
+    r"(?P<user>[^\s:\"']{1,1024}):(?P<pass>'[^'\n]{1,1024}'|\"[^\"\n]{1,1024}\"|[^\s\"']{0,1024}))"  # user:pass
 )
 
 _CUE_VALUE = r"(?P<q>[`\"'“‘「『(]?)(?P<value>[!-~]{1,2048})"
@@ -1755,7 +1758,50 @@ def _table_cell(text: str, row_start: int, row: str, names: list[str], column: i
     return _Hit(start, start + len(value), key_name=names[column], service=_service_on_line(text, start, end))
 
 
+# A JWT whose header is all that proves it (`eyJhbGciOi…` then one or more segments): unsigned (`alg: none`, no
+# signature), its payload not JSON (an opaque body some vendors sign), or its segments glued by issuers'
+# own dots. The header must decode to a JSON object naming `alg` or `typ`: no other base64 starts that way.
+_JWT_HEADER_LED_RE = _L + r"eyJ[A-Za-z0-9_\-]{10,}={0,2}(?:\.[A-Za-z0-9_\-+/]{8,}={0,2}){1,4}" + _R
+
+
+def _extract_jwt_header_led(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
+    header = m.group().split(".", 1)[0].rstrip("=")
+    try:
+        decoded = json.loads(base64.urlsafe_b64decode(header + "=" * (-len(header) % 4)))
+    except (binascii.Error, ValueError):
+        return None
+    if not isinstance(decoded, dict) or not ({"alg", "typ"} & decoded.keys()):
+        return None
+    return _Hit(m.start(), m.end(), service="JWT", key_name="JWT")
+
+
+# A webhook URL whose path carries its token after a `webhook(s)`/`hooks` segment (Teams' older and newer
+# forms, Mattermost, Rocket.Chat, Google Chat, Zapier, a CI's incoming hook): whoever holds the URL can post.
+# The whole URL is the credential, as for Slack's and Discord's rules; the part after the segment must hold a
+# key (letters and digits mixed, 20+ of them, not words): `…/hooks/12345` or `/webhooks/getting-started` do not.
+_WEBHOOK_URL_RE = (
+    r"(?i)(?<![\w.\-])https?://(?P<host>[a-z0-9][a-z0-9.\-]{0,253})(?::\d{1,5})?(?:/[\w.\-~%]*){0,8}?"
+    r"/(?:webhooks?|webhookb2|hooks|incomingwebhook)/(?P<rest>[A-Za-z0-9_\-/@.=%~]{16,1024})"
+)
+_WEBHOOK_KEY_PIECE_RE = re.compile(r"[A-Za-z0-9]+")
+
+
+def _extract_webhook_url(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
+    rest = m.group("rest").rstrip(".,;:/")
+    body = "".join(_WEBHOOK_KEY_PIECE_RE.findall(rest))
+    if len(body) < 20 or not _has_letter_and_digit(body) or shannon_entropy(body) < 3.0:
+        return None
+    if all(_is_wordish(p) or p.isdigit() for p in _WEBHOOK_KEY_PIECE_RE.findall(rest)):
+        return None  # `/hooks/github/events/2024`: words and numbers, a route
+    if _is_placeholder(rest) or _REFERENCE_RE.search(rest):
+        return None
+    end = m.start("rest") + len(rest)
+    return _Hit(m.start(), end, key_name="WEBHOOK_URL", service=_known_service_near(m["host"], len(m["host"])))
+
+
 _GENERIC_RULES: tuple[Rule, ...] = (
+    _g("jwt_header_led", _JWT_HEADER_LED_RE, ("eyj",), _extract_jwt_header_led, key_name="JWT"),
+    _g("webhook_url", _WEBHOOK_URL_RE, ("hook",), _extract_webhook_url, key_name="WEBHOOK_URL"),
     _g(
         "env_assignment", _ASSIGNMENT_RE, ("key", "token", "secret", "pass", "pwd", "auth", "cred"), _extract_assignment
     ),
