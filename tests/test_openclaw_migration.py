@@ -68,7 +68,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         w.notes["before"] = daemon.export()
         w.notes["ends_before"] = len(daemon.events("conversation_ended"))
 
-        doctor = gw.run("doctor", "--fix", "--non-interactive", timeout=600)
+        doctor = gw.run_once_more_if_locked("doctor", "--fix", "--non-interactive", timeout=600)
         w.notes["doctor"] = doctor.stdout
         w.notes["live_after_doctor"] = sorted(p.name for p in sessions.glob("*.jsonl"))
         w.notes["imported"] = sorted(p.name for p in (sessions.parent / "session-sqlite-import-archive").iterdir())
