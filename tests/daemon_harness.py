@@ -214,6 +214,14 @@ def expected_id(agent: str, session: str, entry: str, chunk: int = 0) -> str:
     return point_id(agent, session, entry, chunk)
 
 
+def run_cli(env: Mapping[str, str], *args: str, timeout: float = 180,
+            text: bool = False) -> subprocess.CompletedProcess[Any]:
+    """`veritas-watch ARGS` as an operator runs it, from the checkout, with `env`; its exit code is the caller's
+    to check."""
+    return subprocess.run([sys.executable, "-m", "veritas_watch.cli", *args], env=dict(env), cwd=REPO,
+                          capture_output=True, text=text, timeout=timeout, check=False)
+
+
 # -- the client side -----------------------------------------------------------------------------
 
 class DaemonClient:

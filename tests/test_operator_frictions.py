@@ -5,6 +5,7 @@ and `doctor`, `doctor` going on past a bad config, a second daemon refused befor
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon_harness import REPO, DaemonProcess, copy_fixture_sessions, header, message
+from tests.daemon_harness import REPO, DaemonProcess, copy_fixture_sessions, header, message, run_cli
 from tests.secret_corpus import generate_corpus
 
 HOSTILE = "Remember the shed code \x1b]0;pwned\x07\x1b[2J\rcleared screen \u202eevil\u202c and the \x9b31m red"
@@ -23,9 +24,7 @@ SECRET_MESSAGE = next(m for m in generate_corpus(10) if m.category == "en")
 CONTROL = (b"\x1b", b"\x07", b"\r", "\u202e".encode(), "\x9b".encode())
 
 
-def cli(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([sys.executable, "-m", "veritas_watch.cli", *args], env=env, cwd=REPO,
-                          capture_output=True, timeout=timeout, check=False)
+cli = functools.partial(run_cli, timeout=300)
 
 
 @pytest.fixture(scope="module")

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
-import subprocess
 import sys
 import urllib.error
 import urllib.request
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.daemon_harness import REPO, DaemonProcess, header, message, wait_for
+from tests.daemon_harness import REPO, DaemonProcess, header, message, run_cli, wait_for
 from tests.secret_corpus import generate_corpus
 from veritas_watch.selftest import SELFTEST_AGENT, selftest_point_ids
 
@@ -22,9 +22,7 @@ from veritas_watch.selftest import SELFTEST_AGENT, selftest_point_ids
 SECRET_MESSAGE = next(m for m in generate_corpus(10) if m.category == "en")
 
 
-def cli(env: dict[str, str], *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "veritas_watch.cli", *args], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout, check=False)
+cli = functools.partial(run_cli, timeout=180, text=True)
 
 
 @pytest.fixture(scope="module")
