@@ -18,6 +18,7 @@ The policy is prospective: it keeps a session from being read, it erases nothing
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,10 +29,8 @@ from veritas_watch.openclaw import load_openclaw_config
 
 log = structlog.get_logger()
 
-# OpenClaw's config keys, and the reason prefix each match gives.
+# OpenClaw's config keys (`excludeSessions`).
 KEYS = ("hookExternalContentSources", "channels", "chatTypes")
-_REASON = {"hookExternalContentSources": "hookExternalContentSource", "channels": "channel",
-           "chatTypes": "chatType"}
 FORGOTTEN = "forgotten"  # the reason of a session the person had forgotten (OpenClaw's or `veritas-watch forget`)
 _CHAT_TYPES = ("direct", "group", "channel")  # the only chat_type values OpenClaw reads back
 
@@ -167,7 +166,4 @@ class PolicyReader:
 
 def reason_counts(reasons: Iterable[str]) -> dict[str, int]:
     """Exclusions counted by reason, in a stable order (for `status`)."""
-    counts: dict[str, int] = {}
-    for reason in reasons:
-        counts[reason] = counts.get(reason, 0) + 1
-    return dict(sorted(counts.items()))
+    return dict(sorted(Counter(reasons).items()))

@@ -451,8 +451,10 @@ class CredentialIndex:
         """`text` with rows for the entries it lacks (and our rows' labels rechecked: `_rechecked`). Called
         inside the lock, once per attempt: the hook a test overrides to race a human edit (it passes four
         positional arguments through)."""
-        text = _rechecked(_find_table(text)) or text
         table = _find_table(text)
+        if (rechecked := _rechecked(table)) is not None:
+            text = rechecked
+            table = _find_table(text)
         known_fps: set[str] = set()
         rows_with: Counter[str] = Counter()
         for row in _rows_of(table):

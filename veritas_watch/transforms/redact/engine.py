@@ -93,7 +93,7 @@ def detect(text: str) -> list[SecretMatch]:
     matches = _detect(text)
     if not matches:
         return matches
-    values = {m.value for m in matches}
+    values = tuple({m.value for m in matches})  # (once: `safe_labels` takes it per match)
     out = []
     for m in matches:
         service, key_name = safe_labels(m.service, m.key_name, values,
