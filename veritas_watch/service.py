@@ -25,11 +25,13 @@ from pathlib import Path
 
 from veritas_watch.config import Config, default_data_dir
 from veritas_watch.openclaw import resolve_state_dir
+from veritas_watch.safepath import make_dirs
 
 SERVICE = "veritas-watch"
 UNIT_NAME = f"{SERVICE}.service"
 TEMPLATES = Path(__file__).resolve().parents[1] / "systemd"  # the shipped units, beside the package in a checkout
 SYSTEM_UNIT_DIR = Path("/etc/systemd/system")
+UNIT_DIR_MODE = 0o755  # what a plain mkdir gives under the usual umask: systemd and the user read units there
 DROP_IN = "local.conf"
 SYSTEM_DATA_DIR = Path("/var/lib") / SERVICE  # StateDirectory= of the system unit
 EXIT_REFUSED = 1
@@ -261,7 +263,7 @@ def write_if_changed(path: Path, text: str) -> bool:
     """Atomically replace `path` with `text` (0644); False if it already said exactly that."""
     if path.is_file() and path.read_text() == text:
         return False
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(path.parent, UNIT_DIR_MODE)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     with os.fdopen(fd, "w") as handle:
         handle.write(text)
@@ -281,11 +283,11 @@ def install(config: Config, args: argparse.Namespace, environ: Mapping[str, str]
     unit_path = unit_dir(inst.user_unit, environ) / UNIT_NAME
     drop_in = unit_path.with_name(UNIT_NAME + ".d") / DROP_IN
     if inst.data_dir is not None:
-        inst.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)  # ReadWritePaths= needs it to exist
+        make_dirs(inst.data_dir)  # ReadWritePaths= needs it to exist
     changed = write_if_changed(unit_path, unit_text)
     created = not drop_in.exists()
     if created:
-        drop_in.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(drop_in.parent, UNIT_DIR_MODE)
         drop_in.write_text(LOCAL_CONF.format(user=scope))
     was_active = systemctl(inst.user_unit, "is-active", "--quiet", SERVICE, check=False).returncode == 0
     systemctl(inst.user_unit, "daemon-reload")
