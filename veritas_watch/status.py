@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from veritas_watch.features.capture import credentials_per_agent
-from veritas_watch.openclaw import TranscriptDb, agent_workspace, classify_transcript, iter_agents
+from veritas_watch.openclaw import TranscriptDb, agent_workspace, classify_transcript, iter_agents, transcript_dbs
 from veritas_watch.sources.cursors import FileCursor
+from veritas_watch.sources.sqlite import SqliteSourceError, SqliteTranscriptReader
 from veritas_watch.sources.sqlite_feed import SourceHealth, SqliteSource
 from veritas_watch.terminal import printable
 
@@ -199,9 +200,6 @@ def scope_status(full: dict[str, Any], agent_id: str) -> dict[str, Any]:
 def probe_transcript_dbs(state_dir: Path) -> list[dict[str, Any]]:
     """Each SQLite transcript store read once, as the daemon's poll reads it (read-only, one row at most): the
     `sqlite` records of `status` for a process that polls nothing (offline `status`, `doctor`)."""
-    from veritas_watch.openclaw import transcript_dbs
-    from veritas_watch.sources.sqlite import SqliteSourceError, SqliteTranscriptReader
-
     records = []
     for db in transcript_dbs(state_dir, iter_agents(state_dir)):
         if not db.path.is_file():  # none yet (a JSONL-only agent); anything else is a path problem

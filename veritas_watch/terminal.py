@@ -13,10 +13,10 @@ from __future__ import annotations
 import re
 import textwrap
 
-# C0 controls but \t and \n, DEL, C1 controls; the bidi marks, embeddings, overrides and isolates; line and
-# paragraph separators (some terminals break lines on them); lone surrogates (a broken transcript's).
-_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029"
-                     "\ud800-\udfff]")
+# DEL, C1 controls; the bidi marks, embeddings, overrides and isolates; line and paragraph separators (some
+# terminals break lines on them); lone surrogates (a broken transcript's).
+_INVISIBLE = "\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029\ud800-\udfff"
+_UNSAFE = re.compile(f"[\x00-\x08\x0b-\x1f{_INVISIBLE}]")  # and C0 controls but \t and \n
 
 
 def _shown(match: re.Match[str]) -> str:
@@ -50,7 +50,7 @@ def indented(text: object, *, indent: str = "    ", width: int = 100, max_lines:
 # What `json.dumps(ensure_ascii=False)` leaves raw although a terminal may act on it: C1 controls (8-bit CSI),
 # bidi controls, line separators, lone surrogates (they cannot even be encoded). These can only stand inside a
 # JSON string, where `\uXXXX` means the same character.
-_JSON_UNSAFE = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029\ud800-\udfff]")
+_JSON_UNSAFE = re.compile(f"[{_INVISIBLE}]")
 
 
 def json_line(text: str) -> str:
