@@ -128,15 +128,13 @@ class DaemonEndpoint:
     def open(self, path: str, body: dict[str, Any] | None = None, timeout: float = 60.0) -> http.client.HTTPResponse:
         """The raw response (to stream NDJSON); DaemonRefused on an error status."""
         headers = {"Content-Type": "application/json"}
+        response = None
         if self.socket is None:
             if path == "/health":
                 response = self._proof(timeout)  # the proof is on the answer asked for: one request
             else:
                 self._proof(timeout).close()
                 headers["Authorization"] = f"Bearer {self.token}"
-                response = None
-        else:
-            response = None
         if response is None:
             data = json.dumps(body).encode() if body is not None else None
             response = self._send("POST" if data is not None else "GET", path, data, headers, timeout)
@@ -211,9 +209,7 @@ def _ways(config: Config, path: Path, info: dict[str, Any], pid: int) -> list[Da
 def _endpoint(config: Config, path: Path, health_timeout: float) -> DaemonEndpoint:
     try:
         info = json.loads(path.read_text())
-        pid = int(info["pid"])
-        if not isinstance(info, dict):
-            raise TypeError("not an object")
+        pid = int(info["pid"])  # JSON that is not an object raises TypeError here
     except FileNotFoundError:
         raise NoDaemon("daemon_not_running", f"no daemon is running for data dir {path.parent} ({path} is "
                        f"missing): {START_HINT}") from None

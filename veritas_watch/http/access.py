@@ -272,10 +272,7 @@ def check_request(request: web.Request, http: HttpConfig, tokens: Tokens, port: 
 def _socket_peer(request: web.Request) -> int | None:
     """The uid of a Unix-socket caller; None on TCP."""
     sock = request.transport.get_extra_info("socket") if request.transport is not None else None
-    if sock is None or sock.family != socket.AF_UNIX:
-        return None
-    uid = peer_uid(sock)
-    return -1 if uid is None else uid
+    return None if sock is None else peer_uid(sock)  # peer_uid: None unless a Unix socket
 
 
 class _Refusal(Exception):
