@@ -366,7 +366,6 @@ def _extract_curl_user(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
     if m.group("pass") is not None and m.group("pass")[:1] not in "\"'":
         end = start + len(text[start:end].rstrip(_TRAIL))
         password = password.rstrip(_TRAIL)
-    service = _service_of_command(text, m.start(), m.end())
     if password and token_like(user) and (len(password) < 3 or _is_placeholder(password)):
         password = ""  # `-u KEY:X` (Freshdesk's way): a stand-in password, the key is the user
     if password:
@@ -376,6 +375,7 @@ def _extract_curl_user(rule: Rule, m: re.Match[str], text: str) -> _Hit | None:
             return None  # `-u user:$TOKEN`
     elif not (_plausible(user, "token") or _key_as_user(user)):
         return None  # `-u sk_test_...:` (an API key as the user, no password) must look like a key
+    service = _service_of_command(text, m.start(), m.end())  # (only for a match kept: it reads the whole command)
     if not password or token_like(user):
         # `-u KEY:` (Stripe's, Mailgun's way) or `-u KEY:PW`: the user is a key, the whole argument the credential
         return _Hit(start, end, key_name="key (curl -u)", service=service,
