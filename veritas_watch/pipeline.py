@@ -714,7 +714,8 @@ class Sink:
         return task.done() and not self._processing and self.queue.empty()
 
     async def drain(self, timeout: float) -> bool:
-        """Wait until every queued unit is stored (shutdown, backfill); `make_durable` then commits them."""
+        """Wait until every queued unit is stored (the backfill's end; a stop uses `finish_batch`); `make_durable` then
+        commits them."""
         try:
             await asyncio.wait_for(self.queue.join(), timeout)
             return True
