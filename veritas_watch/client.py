@@ -29,6 +29,7 @@ from veritas_watch.transport import (
     CHALLENGE_HEADER,
     KEY_ID_HEADER,
     PROOF_HEADER,
+    SOCKET_FILE,
     NotPrivate,
     check_private_dir,
     key_id,
@@ -189,7 +190,8 @@ def _ways(config: Config, path: Path, info: dict[str, Any], pid: int) -> list[Da
     data_dir = path.parent
     ways = []
     if isinstance(info.get("socket"), str):
-        sock = Path(info["socket"])
+        # The daemon binds only `<data dir>/api.sock`: a path daemon.json names elsewhere is not followed.
+        sock = data_dir / SOCKET_FILE
         with contextlib.suppress(NotPrivate, OSError):
             check_private_dir(sock.parent, client=True)
             ways.append(DaemonEndpoint(f"unix:{sock}", pid, data_dir, "", socket=sock))

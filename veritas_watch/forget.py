@@ -244,14 +244,17 @@ def forget_command(config: Config, agent_id: str, selector: str, *, dry_run: boo
             finally:
                 store.close()
         return replace(records, memories=memories, sessions=tuple(sorted(sessions)))
+    if daemon is not None:
+        # Counted before the request is recorded: from then on the daemon's sweep may erase them first.
+        before = _daemon_points(daemon, agent_id, sessions)
+        records = erase_records(config, agent_id, sessions, dry_run=True)
     requests = ForgetRequests(config.data_dir)
     try:
         requests.add(agent_id, sessions)
     finally:
         requests.close()
     if daemon is not None:
-        before = _daemon_points(daemon, agent_id, sessions)
-        records = erase_records(config, agent_id, sessions)
+        erase_records(config, agent_id, sessions)  # whatever the daemon has not erased yet
         with contextlib.suppress(OSError):  # a sweep now (a reload does one); another user's daemon: its next sweep
             os.kill(daemon.pid, signal.SIGHUP)
         deadline = time.monotonic() + wait_s
