@@ -127,6 +127,24 @@ def three_sessions(writer: OpenClawWriter, agent: str) -> tuple[str, str, str]:
     return mail, group, direct
 
 
+def test_the_policy_is_read_again_from_the_file_openclaw_reads(tmp_path: Path) -> None:
+    """The file whose changes are watched is OpenClaw's own (`resolveConfigPath`): OPENCLAW_CONFIG_PATH with a
+    `~`, set in the global .env. Before, the stamp was `Path(OPENCLAW_CONFIG_PATH or <state>/openclaw.json)`,
+    a path that did not exist here: a rule removed later was never seen."""
+    home = tmp_path / "home"
+    (home / ".openclaw").mkdir(parents=True)
+    (home / ".openclaw" / ".env").write_text("OPENCLAW_CONFIG_PATH=~/conf/oc.json\n", encoding="utf-8")
+    config = home / "conf" / "oc.json"
+    config.parent.mkdir()
+    policy = {"plugins": {"entries": {"memory-core": {"config": {
+        "memoryPolicy": {"excludeSessions": {"chatTypes": ["group"]}}}}}}}
+    config.write_text(json.dumps(policy), encoding="utf-8")
+    reader = PolicyReader(home / ".openclaw", AdmissionPolicy(), environ={"HOME": str(home)})
+    assert reader.current().chat_types == {"group"}
+    config.write_text("{}", encoding="utf-8")  # the rule removed: read again at the next sweep
+    assert reader.current() == AdmissionPolicy()
+
+
 def test_reader_leaves_excluded_sessions_unread_until_the_rule_goes(tmp_path: Path) -> None:
     path = create_database(tmp_path / "agents" / "main" / "agent" / "openclaw-agent.sqlite")
     rule = policy(hookExternalContentSources=["gmail"], chatTypes=["group"])

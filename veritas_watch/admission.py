@@ -17,7 +17,6 @@ The policy is prospective: it keeps a session from being read, it erases nothing
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ from pathlib import Path
 
 import structlog
 
-from veritas_watch.openclaw import load_openclaw_config
+from veritas_watch.openclaw import config_file, load_openclaw_config
 
 log = structlog.get_logger()
 
@@ -126,7 +125,8 @@ def openclaw_policy(config: Mapping[str, object]) -> AdmissionPolicy:
 class PolicyReader:
     """openclaw.json's policy OR veritas-watch's own, read again only when the config file changed (a sweep
     runs every few seconds; parsing JSON5 each time would be idle work). A rule added or removed in
-    openclaw.json applies from the next sweep. An `$include`d file's change is seen with openclaw.json's.
+    openclaw.json applies from the next sweep. Only openclaw.json's stat is watched: a change in an `$include`d
+    file alone is seen at the next change of openclaw.json (or a restart).
     A file that cannot be parsed (caught half-written, a typo) keeps the last policy read: dropping it would
     read, for good, what the person keeps out. No file at all is no policy."""
 
@@ -137,15 +137,18 @@ class PolicyReader:
         self._seen: tuple[object, ...] | None = None
         self._policy = own
         self._told: tuple[object, ...] | None = None  # the unreadable version already logged
+        self._path: Path | None = None  # the openclaw.json stamped
 
     def _stamp(self) -> tuple[object, ...]:
-        env = os.environ if self._environ is None else self._environ
-        path = Path(env.get("OPENCLAW_CONFIG_PATH") or self._state_dir / "openclaw.json")
+        # OpenClaw's own resolution (OPENCLAW_CONFIG_PATH, `~`, its .env files, legacy names), found again only
+        # while the file is missing: a stat a sweep otherwise.
+        if self._path is None or not self._path.exists():
+            self._path = config_file(self._state_dir, self._environ)
         try:
-            st = path.stat()
+            st = self._path.stat()
         except OSError:
-            return (str(path), None)
-        return (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
+            return (str(self._path), None)
+        return (str(self._path), st.st_ino, st.st_size, st.st_mtime_ns)
 
     def current(self) -> AdmissionPolicy:
         stamp = self._stamp()

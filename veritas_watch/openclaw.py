@@ -868,6 +868,25 @@ class _ReadConfig:
     env: dict[str, str]
 
 
+def _openclaw_env(state_dir: Path, environ: Mapping[str, str]) -> tuple[dict[str, str], Path]:
+    """The environment OpenClaw reads its config with (`environ`, OPENCLAW_STATE_DIR when it must have been
+    told, the global `.env` files) and its home dir."""
+    env = dict(environ)
+    home = openclaw_home(env)
+    if not _trim(env.get(_STATE_DIR_VAR)) and os.path.abspath(state_dir) != os.path.abspath(
+            _state_dir_from_home(home)):
+        env[_STATE_DIR_VAR] = str(state_dir)
+    _load_global_dotenv(env, home)
+    return env, openclaw_home(env)
+
+
+def config_file(state_dir: Path, environ: Mapping[str, str] | None = None) -> Path:
+    """The openclaw.json OpenClaw reads for `state_dir` (`resolveConfigPath`, with the environment it reads
+    it with)."""
+    state_dir = Path(state_dir)
+    return _config_path(state_dir, *_openclaw_env(state_dir, os.environ if environ is None else environ))
+
+
 def _read_openclaw(state_dir: Path, environ: Mapping[str, str], issues: list[str] | None) -> _ReadConfig:
     """openclaw.json and the environment OpenClaw ends up with, as `readConfigFileSnapshot` reads them.
 
@@ -878,14 +897,8 @@ def _read_openclaw(state_dir: Path, environ: Mapping[str, str], issues: list[str
     Best effort where OpenClaw would refuse the file: unreadable or unparsable means `{}`, a broken
     `$include` contributes nothing; each such problem is appended to `issues`.
     """
-    env = dict(environ)
     state_dir = Path(state_dir)
-    home = openclaw_home(env)
-    if not _trim(env.get(_STATE_DIR_VAR)) and os.path.abspath(state_dir) != os.path.abspath(
-            _state_dir_from_home(home)):
-        env[_STATE_DIR_VAR] = str(state_dir)
-    _load_global_dotenv(env, home)
-    home = openclaw_home(env)
+    env, home = _openclaw_env(state_dir, environ)
     path = _config_path(state_dir, env, home)
     notes: list[str] = [] if issues is None else issues
     try:
