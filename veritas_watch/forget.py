@@ -17,7 +17,6 @@ import signal
 import sqlite3
 import threading
 import time
-import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
@@ -27,6 +26,7 @@ from typing import Any, Protocol
 import structlog
 
 from veritas_watch.admission import AdmissionPolicy, PolicyReader
+from veritas_watch.client import DaemonRefused
 from veritas_watch.config import Config
 from veritas_watch.features.credentials import forget_index_rows, forget_pending_rows, forget_vault_entries
 from veritas_watch.features.gaps.store import GapStore
@@ -197,14 +197,20 @@ class Daemon(Protocol):
     def open(self, path: str, body: dict[str, Any] | None = None, timeout: float = 60.0) -> Any: ...
 
 
+class DaemonTooOld(Exception):
+    """The running daemon predates `POST /memory/count`: it must be restarted on this version first."""
+
+
 def _daemon_points(daemon: Daemon, agent_id: str, sessions: frozenset[str]) -> int:
-    """How many points of `sessions` the running daemon holds (its /export of the agent, counted here)."""
-    count = 0
-    with daemon.open("/export?agent=" + urllib.parse.quote(agent_id)) as response:
-        for raw in response:
-            if raw.strip() and json.loads(raw).get("payload", {}).get("session_id") in sessions:
-                count += 1
-    return count
+    """How many points of `sessions` the running daemon holds (`POST /memory/count`: the daemon counts them)."""
+    try:
+        with daemon.open("/memory/count", {"agent_id": agent_id, "session_ids": sorted(sessions)}) as response:
+            return int(json.loads(response.read())["count"])
+    except DaemonRefused as exc:
+        if exc.status == 404:
+            raise DaemonTooOld(f"the running daemon (pid {daemon.pid}) is older than this command: restart it "
+                               "(systemctl restart veritas-watch), then forget again") from None
+        raise
 
 
 def resolve_sessions(config: Config, agent_id: str, selector: str) -> frozenset[str]:
@@ -230,7 +236,8 @@ def forget_command(config: Config, agent_id: str, selector: str, *, dry_run: boo
                    open_store: Callable[[], Store], wait_s: float = 120.0) -> Erased:
     """`veritas-watch forget`: record the request (durable first), erase the records outside the store, then the
     memories: directly when no daemon runs (this process owns the store), else the daemon removes them at its
-    next sweep and this waits until its /export no longer has them (up to `wait_s`; they go in any case).
+    next sweep and this waits until it counts none of them (`POST /memory/count`, twice a second, up to `wait_s`;
+    they go in any case).
     `selector`: a session id or key (`resolve_sessions`)."""
     sessions = resolve_sessions(config, agent_id, selector)
     if dry_run:

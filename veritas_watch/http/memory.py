@@ -6,6 +6,8 @@
 - `POST /memory/add` `{agent_id, text, session_id?, role?, timestamp?, metadata?}` -> the stored ids
 - `POST /memory/get` `{agent_id, id, neighbours?}` -> `{"memory": {...}, "before": [...], "after": [...]}`
 - `POST /search`: the same search, answered as a bare list (the CLI and the selftest), no loop guard.
+- `POST /memory/count` `{agent_id, session_ids}` -> `{"agent_id": id, "count": n, "sessions": {session id: n}}`:
+  how many points (turns and chunks) each session holds (`veritas-watch forget` waits on it).
 
 `exclude`: texts the caller holds already (its conversation); memories that are one of them are left out
 before the relevance floor and the ranking. `conversation`: the caller's conversation (OpenClaw's session
@@ -444,6 +446,36 @@ async def memory_get(request: web.Request) -> web.Response:
                               "after": [hit_to_result(h) for h in after]})
 
 
+MAX_COUNT_SESSIONS = 1000  # /memory/count: session ids in one request (a session key's windows are a handful)
+
+
+async def memory_count(request: web.Request) -> web.Response:
+    """How many points each of `session_ids` holds in the agent's memory: `veritas-watch forget` waits on it
+    until the daemon removed them, a filtered count per session, not the agent's whole export streamed.
+    One agent only, the caller's (`json_body` checks it), like every route."""
+    daemon = served_of(request)
+    body = await json_body(request)
+    agent_id: str = field(body, "agent_id", str)
+    sessions = body.get("session_ids")
+    if (not isinstance(sessions, list) or not sessions
+            or not all(isinstance(s, str) and s for s in sessions)):
+        raise BadRequest("field session_ids must be a list of session ids")
+    if len(sessions) > MAX_COUNT_SESSIONS:
+        raise BadRequest(f"field session_ids holds at most {MAX_COUNT_SESSIONS} ids")
+    store = daemon.memory.store
+
+    def count() -> dict[str, int]:
+        return {sid: sum(1 for _ in store.scroll(agent_id, page=1024, session_id=sid))
+                for sid in dict.fromkeys(sessions)}
+
+    try:
+        counts = await daemon.memory.in_read_thread(count)
+    except StoreError as exc:
+        log.error("memory_count_failed", agent=agent_id, error=str(exc)[:300])
+        raise _error(web.HTTPServiceUnavailable, "the store is not answering; retry later") from None
+    return json_answer({"agent_id": agent_id, "count": sum(counts.values()), "sessions": counts})
+
+
 def add_memory_routes(app: web.Application, config: Config) -> None:
     cfg = config.search
     app[GUARD_KEY] = SearchLoopGuard(cfg.loop_window, cfg.loop_hint_after, cfg.loop_stop_after)
@@ -454,3 +486,4 @@ def add_memory_routes(app: web.Application, config: Config) -> None:
     app.router.add_post("/memory/context", memory_context)
     app.router.add_post("/memory/add", memory_add)
     app.router.add_post("/memory/get", memory_get)
+    app.router.add_post("/memory/count", memory_count)
