@@ -444,13 +444,14 @@ def _list_credentials(config: Config, indexes: dict[str, Path]) -> None:
 
 
 def cmd_forget(config: Config, args: argparse.Namespace) -> int:
+    from veritas_watch.features.credentials import IndexKeptChanging
     from veritas_watch.forget import DaemonTooOld, forget_command, render
 
     daemon, owned = daemon_or_store(config, "forget")
     try:
         erased = forget_command(config, args.agent, args.session, dry_run=args.dry_run, daemon=daemon,
                                 open_store=lambda: _open_offline(config)[0])
-    except (TimeoutError, DaemonTooOld) as exc:
+    except (TimeoutError, DaemonTooOld, IndexKeptChanging) as exc:
         raise CliError(str(exc)) from None
     finally:
         _release(owned)

@@ -28,7 +28,12 @@ import structlog
 from veritas_watch.admission import AdmissionPolicy, PolicyReader
 from veritas_watch.client import DaemonRefused
 from veritas_watch.config import Config
-from veritas_watch.features.credentials import forget_index_rows, forget_pending_rows, forget_vault_entries
+from veritas_watch.features.credentials import (
+    IndexKeptChanging,
+    forget_index_rows,
+    forget_pending_rows,
+    forget_vault_entries,
+)
 from veritas_watch.features.gaps.store import GapStore
 from veritas_watch.openclaw import InvalidAgentId, agent_workspace, iter_agents, transcript_dbs
 from veritas_watch.safepath import make_dirs
@@ -146,7 +151,7 @@ def erase_session(config: Config, agent_id: str, sessions: frozenset[str], db: s
             points = len(ids)
         try:
             erased = erase_records(config, agent_id, sessions)
-        except (OSError, sqlite3.Error) as exc:  # never a store retry for a file: told, tried again at the next start
+        except (OSError, sqlite3.Error, IndexKeptChanging) as exc:  # never a store retry: told, tried at the next start
             log.error("session_erase_failed", agent=agent_id, sessions=sorted(sessions),
                       error=f"{type(exc).__name__}: {exc}"[:300])
             return

@@ -30,11 +30,11 @@ import subprocess
 import tempfile
 import threading
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import structlog
 
@@ -112,13 +112,14 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def _atomic_write(path: Path, data: str, mode: int = 0o600) -> None:
-    """Write to a temp file beside `path`, fsync, rename over it, fsync the directory."""
+def _atomic_write(path: Path, data: str | bytes, mode: int = 0o600) -> None:
+    """Write to a temp file beside `path`, fsync, rename over it, fsync the directory. Bytes are written as they
+    are (a file read with bytes that are not UTF-8 is written back with them)."""
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, mode)
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(data)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data if isinstance(data, bytes) else data.encode("utf-8"))
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp_name, path)
@@ -157,6 +158,32 @@ def _stat_key(path: Path) -> tuple[int, int, int] | None:
     except FileNotFoundError:
         return None
     return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+_T = TypeVar("_T")
+
+
+class IndexKeptChanging(RuntimeError):
+    """The index changed between every read and rename tried: someone keeps saving it."""
+
+
+def _rewrite_unless_edited(directory: Path, path: Path, change: Callable[[str], tuple[str, _T]]) -> _T:
+    """Rewrite `path` as `change(text)` makes it, under the lock on `directory`. A human editor does not take
+    our lock: if the file changes between our read and our rename, it is read again rather than their edit
+    overwritten. Bytes that are not UTF-8 (a human's Latin-1 note) go through as they were. `change` returns
+    the new text and what the caller wants back; the same text: nothing is written."""
+    with _locked_dir(directory):
+        for _attempt in range(10):
+            before = _stat_key(path)
+            text = path.read_bytes().decode("utf-8", "surrogateescape") if before is not None else ""
+            new_text, result = change(text)
+            if new_text == text:
+                return result
+            if _stat_key(path) != before:
+                continue
+            _atomic_write(path, new_text.encode("utf-8", "surrogateescape"))
+            return result
+        raise IndexKeptChanging(f"{path} kept changing while being updated")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -246,9 +273,10 @@ def _fingerprints_of(table: _Table) -> set[str]:
 
 
 def read_index(path: Path) -> list[IndexRow]:
-    """The rows of an index file; [] when it does not exist or holds no table."""
+    """The rows of an index file; [] when it does not exist or holds no table. A byte that is not UTF-8 (a
+    human's Latin-1 note) reads as U+FFFD: the rows are read all the same."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_bytes().decode("utf-8", "replace")
     except FileNotFoundError:
         return []
     return _rows_of(_find_table(text))
@@ -429,21 +457,10 @@ class CredentialIndex:
 
     def _add_locked(self, workspace: Path, entries: Sequence[IndexEntry], aliases: Mapping[str, str]) -> IndexUpdate:
         path = inside(workspace, self.path_for(workspace))  # a symlinked index never leads the write elsewhere
-        with _locked_dir(workspace):
-            # A human editor does not take our lock: if the file changes between our read and
-            # our rename, read it again rather than overwrite their edit.
-            for _attempt in range(10):
-                before = _stat_key(path)
-                text = path.read_text(encoding="utf-8") if before is not None else ""
-                new_text, update = self._with_rows(text, entries, aliases, None)
-                if new_text == text:
-                    return update
-                if _stat_key(path) != before:
-                    continue
-                _atomic_write(path, new_text)
-                log.info("credential_index_updated", path=str(path), rows_added=update.added)
-                return update
-            raise RuntimeError(f"{path} kept changing while being updated")
+        update = _rewrite_unless_edited(workspace, path, lambda text: self._with_rows(text, entries, aliases, None))
+        if update.added:
+            log.info("credential_index_updated", path=str(path), rows_added=update.added)
+        return update
 
     def _with_rows(
         self, text: str, entries: Sequence[IndexEntry], aliases: Mapping[str, str], _hook_arity: object = None
@@ -1139,17 +1156,28 @@ def forget_index_rows(workspace: Path, sessions: frozenset[str], *, dry_run: boo
     if not path.is_file():
         return 0
     inside(workspace, path)  # a symlinked index never leads the rewrite elsewhere
-    with _locked_dir(workspace):
-        text = path.read_text(encoding="utf-8")
+    rewrite = _without_rows_given_in(sessions)
+    if dry_run:
+        with _locked_dir(workspace):
+            return rewrite(path.read_bytes().decode("utf-8", "surrogateescape"))[1]
+    return _rewrite_unless_edited(workspace, path, rewrite)
+
+
+def _without_rows_given_in(sessions: frozenset[str]) -> Callable[[str], tuple[str, int]]:
+    """An index text -> (the text without the rows given in `sessions`, how many went)."""
+
+    def rewrite(text: str) -> tuple[str, int]:
         table = _find_table(text)
         if table.header_at < 0:
-            return 0
+            return text, 0
         body = table.lines[table.header_at + 2 : table.end]
         keep = [line for line, row in zip(body, _rows_of(table), strict=True)
                 if given_in(row.location) not in sessions]
-        if len(keep) < len(body) and not dry_run:
-            _atomic_write(path, "".join(table.lines[: table.header_at + 2] + keep + table.lines[table.end :]))
-    return len(body) - len(keep)
+        if len(keep) == len(body):
+            return text, 0
+        return "".join(table.lines[: table.header_at + 2] + keep + table.lines[table.end :]), len(body) - len(keep)
+
+    return rewrite
 
 
 def forget_vault_entries(vault: Path, sessions: frozenset[str], *, dry_run: bool = False) -> int:
@@ -1160,17 +1188,42 @@ def forget_vault_entries(vault: Path, sessions: frozenset[str], *, dry_run: bool
     with _locked_dir(vault.parent):
         lines = vault.read_bytes().splitlines()
         erased = 0
+        unreadable = []
         for number, line in enumerate(lines, 1):
-            try:
-                meta = json.loads(line)
-            except ValueError:
+            location = _vault_location(line)
+            if location is None:
+                if line.strip():
+                    unreadable.append(number)
                 continue
-            if isinstance(meta, dict) and given_in(str(meta.get("location") or "")) in sessions:
+            if given_in(location) in sessions:
                 lines[number - 1] = json.dumps({"n": number, "forgotten": True}).encode()
                 erased += 1
+        if unreadable:  # kept as they are (their numbers too); said once, the other entries forgotten all the same
+            log.warning("vault_lines_unreadable", path=str(vault), lines=unreadable[:20], count=len(unreadable),
+                        hint="not JSON with a location: left in place, not erased")
         if erased and not dry_run:
-            _atomic_write(vault, b"".join(line + b"\n" for line in lines).decode("utf-8", "surrogateescape"))
+            _atomic_write(vault, b"".join(line + b"\n" for line in lines))  # other lines byte for byte
     return erased
+
+
+_VAULT_LOCATION_RE = re.compile(r'"location"\s*:\s*("(?:[^"\\]|\\.)*")')
+
+
+def _vault_location(line: bytes) -> str | None:
+    """The `location` of a vault line; None if it names none. Bytes that are not UTF-8 elsewhere in the line do
+    not hide it, nor does a line cut short after it (a torn write)."""
+    text = line.decode("utf-8", "replace")
+    try:
+        meta = json.loads(text)
+    except (ValueError, RecursionError):
+        found = _VAULT_LOCATION_RE.search(text)
+        try:
+            return str(json.loads(found.group(1))) if found else None
+        except ValueError:
+            return None
+    if not isinstance(meta, dict):
+        return None
+    return str(meta.get("location") or "")
 
 
 def forget_pending_rows(data_dir: Path, agent_id: str, sessions: frozenset[str], *, dry_run: bool = False) -> int:
