@@ -1,6 +1,7 @@
 """`veritas-watch service install|uninstall [--user] [--print]`: the systemd unit for this installation.
 
-The shipped units (systemd/*.service) keep their hardening; install fills in what differs per machine: the
+The shipped units (package data, veritas_watch/systemd/*.service; systemd/ in a checkout links to them) keep their
+hardening; install fills in what differs per machine: the
 console script of this environment (ExecStart=), the owner of the OpenClaw state dir (User=, Group=), that
 state dir (Environment=OPENCLAW_STATE_DIR=, ReadWritePaths=). Local changes go in a drop-in that install
 creates once and never overwrites. Pure core (`render_unit`, `systemd_quote`), thin shell (`install`, `uninstall`).
@@ -29,7 +30,8 @@ from veritas_watch.safepath import make_dirs
 
 SERVICE = "veritas-watch"
 UNIT_NAME = f"{SERVICE}.service"
-TEMPLATES = Path(__file__).resolve().parents[1] / "systemd"  # the shipped units, beside the package in a checkout
+TEMPLATES = "systemd"  # the shipped units: package data of veritas_watch, in a wheel as in a checkout
+CHECKOUT = Path(__file__).resolve().parents[1]  # the checkout, when this runs from one (its README is the docs)
 SYSTEM_UNIT_DIR = Path("/etc/systemd/system")
 UNIT_DIR_MODE = 0o755  # what a plain mkdir gives under the usual umask: systemd and the user read units there
 DROP_IN = "local.conf"
@@ -101,8 +103,8 @@ def render_unit(template: str, inst: Installation) -> str:
         if not out:
             out.extend(header)
         if key == "Documentation":  # the template's points at an example path
-            readme = TEMPLATES.parent / "README.md"
-            if readme.is_file():
+            readme = CHECKOUT / "README.md"
+            if readme.is_file() and (CHECKOUT / "pyproject.toml").is_file():  # not a README beside site-packages
                 out.append("Documentation=" + readme.as_uri().replace("%", "%%"))  # a URI: spaces as %20
             continue
         if not inst.namespaces and key in NAMESPACE_KEYS:
@@ -226,10 +228,14 @@ def unit_dir(user_unit: bool, environ: Mapping[str, str]) -> Path:
 
 
 def template(user_unit: bool) -> str:
-    path = TEMPLATES / ("veritas-watch.user.service" if user_unit else UNIT_NAME)
-    if not path.is_file():
-        raise ServiceError(f"the shipped unit {path} is missing: run this from a veritas-watch checkout")
-    return path.read_text()
+    from importlib import resources
+
+    name = "veritas-watch.user.service" if user_unit else UNIT_NAME
+    try:
+        return resources.files("veritas_watch").joinpath(TEMPLATES, name).read_text(encoding="utf-8")
+    except OSError:
+        raise ServiceError(f"the shipped unit {TEMPLATES}/{name} is missing from this installation of veritas-watch: "
+                           "reinstall it (pip install --force-reinstall veritas-watch)") from None
 
 
 def systemctl(user_unit: bool, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
