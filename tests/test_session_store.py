@@ -11,14 +11,25 @@ shows all of this on the real OpenClaw; these tests pin each rule and the daemon
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
+import structlog.testing
 
 from tests.daemon_harness import running_daemon, wait_for
 from tests.sqlite_fixture import OpenClawWriter, create_database, message_event, session_header, zstd_frame
-from veritas_watch.openclaw import AgentDirs, TranscriptDb, registered_databases, session_key_agent, transcript_dbs
+from veritas_watch.admission import AdmissionPolicy
+from veritas_watch.openclaw import (
+    AgentDirs,
+    Registry,
+    TranscriptDb,
+    registered_databases,
+    session_key_agent,
+    transcript_dbs,
+)
 from veritas_watch.sources.cursors import CursorStore
 from veritas_watch.sources.sqlite import SqliteTranscriptReader
 from veritas_watch.sources.sqlite_feed import SqliteFeed
@@ -177,3 +188,107 @@ def test_a_database_no_longer_found_is_let_go_and_read_on_if_it_comes_back(tmp_p
     poll = feed.poll(source)  # found again
     assert poll is not None
     assert [json.loads(r.data)["id"] for b in poll.batches for r in b.records] == ["o2"]
+
+
+def _age(*paths: Path) -> None:
+    """Set files' mtime an hour back: a stamp that old is one `Registry` trusts (newer is its racy window)."""
+    past = time.time() - 3600
+    for path in paths:
+        os.utime(path, (past, past))
+
+
+def test_the_registry_is_read_again_only_when_it_can_have_changed(tmp_path: Path) -> None:
+    """The daemon asks at every sweep: the registry is opened only when its files' stat changed (a database
+    registered, the file replaced), else the last read is given back."""
+    state = tmp_path / "state"
+    ops = tmp_path / "stores" / "ops" / "openclaw-agent.ops.sqlite"
+    register(state, ("ops", str(ops)))
+    path = state / "state" / "openclaw.sqlite"
+    _age(path)
+    registry = Registry(state)
+    assert registry.databases() == [("ops", ops)] and registry.reads == 1
+    for _ in range(5):
+        assert registry.databases() == [("ops", ops)]
+    assert registry.reads == 1, "read again though nothing changed"
+    research = tmp_path / "stores" / "research" / "openclaw-agent.research.sqlite"
+    register(state, ("research", str(research)))  # registered while the daemon runs: seen at the next sweep
+    assert registry.databases() == [("ops", ops), ("research", research)]
+    # Replaced by a new file (a restore): its size and mtime made the same as the old one's, only the inode differs.
+    other = tmp_path / "restored" / "state"
+    register(other, ("main", str(tmp_path / "shared" / "all.sqlite")), ("opz", str(ops)))
+    replacement = other / "state" / "openclaw.sqlite"
+    assert replacement.stat().st_size == path.stat().st_size
+    _age(path)
+    registry.databases()
+    os.utime(replacement, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns))
+    replacement.replace(path)
+    assert registry.databases() == [("main", tmp_path / "shared" / "all.sqlite"), ("opz", ops)]
+    path.unlink()
+    assert registry.databases() == []  # gone: only the canonical databases are left
+    assert transcript_dbs(state, [], registry) == []
+
+
+def test_a_registry_changed_within_its_timestamps_tick_is_read_again(tmp_path: Path) -> None:
+    """A write in the same mtime tick as the last read (same size too: a row updated in place) changes no stat:
+    a stamp that recent is not trusted, so the next sweep reads again."""
+    state = tmp_path / "state"
+    register(state, ("ops", str(tmp_path / "a.sqlite")))
+    registry = Registry(state)
+    path = state / "state" / "openclaw.sqlite"
+    registry.databases()
+    stamp = path.stat()
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("UPDATE agent_databases SET path = ? WHERE agent_id = 'ops'", (str(tmp_path / "b.sqlite"),))
+    conn.close()
+    os.utime(path, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))  # as if in the same tick
+    assert path.stat().st_size == stamp.st_size
+    assert registry.databases() == [("ops", tmp_path / "b.sqlite")]
+
+
+def test_a_database_registered_or_a_registry_replaced_while_the_daemon_runs_is_read(tmp_path: Path) -> None:
+    state, data = tmp_path / "state", tmp_path / "data"
+    create_database(canonical(state, "ops"), agent_id="ops")
+    first = create_database(tmp_path / "stores" / "one" / "openclaw-agent.ops.sqlite", agent_id="ops")
+    second = create_database(tmp_path / "stores" / "two" / "openclaw-agent.ops.sqlite", agent_id="ops")
+    third = create_database(tmp_path / "stores" / "three" / "openclaw-agent.ops.sqlite", agent_id="ops")
+    register(state, ("ops", str(first)))
+    _age(state / "state" / "openclaw.sqlite")
+    for db, text in ((first, "ops: the first store."), (second, "ops: the second store."),
+                     (third, "ops: the third store.")):
+        with OpenClawWriter(db, compress=False) as writer:
+            writer.append(writer.create_session("agent:ops:main"), message_event(text, event_id=db.parent.name))
+    with running_daemon(state, data) as daemon:
+        def texts() -> set[str]:
+            return {p["payload"]["data"] for p in daemon.export("ops")}
+
+        wait_for(lambda: texts() == {"ops: the first store."}, timeout=60, what="the registered store read")
+        register(state, ("ops", str(second)))
+        wait_for(lambda: "ops: the second store." in texts(), timeout=60, what="a store registered later read")
+        other = tmp_path / "new" / "state"
+        register(other, ("ops", str(third)))
+        (other / "state" / "openclaw.sqlite").replace(state / "state" / "openclaw.sqlite")
+        wait_for(lambda: "ops: the third store." in texts(), timeout=60, what="the replaced registry's store read")
+        daemon.wait_idle()
+        assert sorted(texts()) == ["ops: the first store.", "ops: the second store.", "ops: the third store."]
+
+
+def test_an_excluded_session_is_told_once_and_let_go_once_it_is_deleted(tmp_path: Path) -> None:
+    """`session_excluded` is logged once per session and reason; what remembers that holds only the sessions the
+    last poll found excluded (a session deleted is let go), so it does not grow with every session ever seen."""
+    db = create_database(canonical(tmp_path / "state", "main"), agent_id="main")
+    source = TranscriptDb(db, "main")
+    feed = SqliteFeed(CursorStore(tmp_path / "cursors.sqlite"))
+    policy = AdmissionPolicy(chat_types=frozenset({"group"}))
+    with OpenClawWriter(db, compress=False) as writer:
+        group = writer.create_session("agent:main:telegram:group:1")
+        writer.append(group, message_event("in the group", event_id="g1"))
+        writer.set_metadata(group, channel="telegram", chat_type="group")
+    with structlog.testing.capture_logs() as logs:
+        for _ in range(3):
+            assert feed.poll(source, policy=policy) is not None
+        assert [e["session"] for e in logs if e["event"] == "session_excluded"] == [group]
+        assert feed._excluded_told == {source.key: {group: "chatType:group"}}
+        with OpenClawWriter(db, compress=False) as writer:
+            writer.delete_session(group)
+        assert feed.poll(source, policy=policy) is not None
+        assert feed._excluded_told == {source.key: {}}

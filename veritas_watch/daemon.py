@@ -25,6 +25,7 @@ import sdnotify
 import structlog
 
 from veritas_watch import log as logsetup
+from veritas_watch.admission import AdmissionPolicy
 from veritas_watch.config import Config, load_config
 from veritas_watch.embedding import Embedder, wait_loaded
 from veritas_watch.features.capture import CredentialCapture, NoCapture
@@ -33,7 +34,7 @@ from veritas_watch.forget import Consent, erase_session
 from veritas_watch.http.app import NoHttp, start_http
 from veritas_watch.metrics import DaemonMetrics
 from veritas_watch.model import RUNTIME_SESSIONS, ConversationEnd, RawRecord, SessionState, SourceRef
-from veritas_watch.openclaw import AgentDirs, TranscriptDb, iter_agents, session_stem, transcript_dbs
+from veritas_watch.openclaw import AgentDirs, Registry, TranscriptDb, iter_agents, session_stem, transcript_dbs
 from veritas_watch.owner import DataDirOwned, Lost, OwnerLock, StartupError
 from veritas_watch.pipeline import (
     CommitBatch,
@@ -439,9 +440,11 @@ class Running:
     _recent_ends: OrderedDict[tuple[str, str, str | None], None] = field(default_factory=OrderedDict)
     shutdown: Shutdown = field(init=False)  # set when the main loop stops
     consent: Consent = field(init=False)  # the admission policy and `veritas-watch forget`, read each sweep
+    registry: Registry = field(init=False)  # OpenClaw's database registry, read again only when it changed
 
     def __post_init__(self) -> None:
         self.consent = Consent(self.config)
+        self.registry = Registry(self.config.state_dir)
 
     async def main_loop(self) -> bool:
         """Run until a stop signal (or the backfill's end), then stop in order, within `Shutdown`'s bound: the
@@ -636,13 +639,16 @@ class Running:
         """Poll each agent's SQLite store(s); wait for each poll's work to be committed before the next."""
         busy = False
         loop = asyncio.get_running_loop()
-        found = await asyncio.to_thread(transcript_dbs, self.config.state_dir, agents)
+        found = await asyncio.to_thread(transcript_dbs, self.config.state_dir, agents, self.registry)
         await self._erase_forgotten(loop)
+        # what the person keeps out, read once a sweep (a stat and a PRAGMA), not once per database
+        policy, forgotten = await asyncio.to_thread(lambda: (self.consent.policy.current(),
+                                                             self.consent.requests.sessions()))
         for db in self.rt.sqlite.sources_to_poll(found):
             if not check_sqlite(db.path, self.problems, db.agent_id):
                 continue
             try:
-                busy = await self._poll_sqlite_db(db, loop) or busy
+                busy = await self._poll_sqlite_db(db, loop, policy, forgotten.get(db.agent_id, frozenset())) or busy
             except Exception as exc:  # one agent's database never stops the others
                 self.problems.report(db.path, "sqlite_failed", f"{type(exc).__name__}: {exc}"[:300], db.agent_id)
         return busy
@@ -656,13 +662,13 @@ class Running:
             await self.rt.sink.queue.put(work)
         await asyncio.gather(*(w.done for w in works if w.done), return_exceptions=True)
 
-    async def _poll_sqlite_db(self, db: TranscriptDb, loop: asyncio.AbstractEventLoop) -> bool:
+    async def _poll_sqlite_db(self, db: TranscriptDb, loop: asyncio.AbstractEventLoop, policy: AdmissionPolicy,
+                              forgotten: frozenset[str]) -> bool:
         rt = self.rt
         busy = False
-        policy = await asyncio.to_thread(self.consent.policy.current)
         while True:
             poll = await asyncio.to_thread(rt.sqlite.poll, db, rt.sink.read_budget.bytes, policy=policy,
-                                           forgotten=self.consent.forgotten(db.agent_id))
+                                           forgotten=forgotten)
             if poll is None:
                 break
             # a session OpenClaw forgot: its points (the feed's cleanup), then its index rows, vault entries, gaps

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import sqlite3
+import time
 import unicodedata
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -1096,17 +1097,22 @@ def registered_databases(state_dir: Path) -> list[tuple[str, Path]]:
     (`state/openclaw.sqlite`, table `agent_databases`; paths relative to the state dir or absolute).
     Rows whose id is no agent id or whose path names no `.sqlite` file are left out; no registry
     (older OpenClaw, none yet, unreadable) is an empty list: the canonical paths still apply."""
+    return _read_registry(state_dir) or []
+
+
+def _read_registry(state_dir: Path) -> list[tuple[str, Path]] | None:
+    """`registered_databases`, None when the registry is there but could not be read (locked, damaged)."""
     path = state_dir / REGISTRY_DB
     if not path.is_file():
         return []
     try:
         conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True, timeout=0.5)
     except sqlite3.Error:
-        return []
+        return None
     try:
         rows = conn.execute("SELECT agent_id, path FROM agent_databases ORDER BY agent_id, path").fetchall()
     except sqlite3.Error:
-        return []
+        return None
     finally:
         conn.close()
     found = []
@@ -1118,12 +1124,63 @@ def registered_databases(state_dir: Path) -> list[tuple[str, Path]]:
     return found
 
 
-def transcript_dbs(state_dir: Path, agents: Iterable[AgentDirs]) -> list[TranscriptDb]:
+# A stamp whose newest time is this close to when it was taken is not trusted: a write in the same timestamp tick
+# (coarse on some filesystems) can leave size and mtime as they were (the "racy git" case).
+_RACY_NS = 2_000_000_000
+
+
+class Registry:
+    """OpenClaw's registry (`registered_databases`) for a daemon that asks at every sweep: read again only when it
+    can have changed. The stamp is the stat (device, inode, size, mtime) of `openclaw.sqlite` and of its `-wal`
+    (where a WAL writer's commits land until a checkpoint): a new row, a checkpoint, the file replaced or removed
+    all change it. Not the ctime: a read-only open touches the `-wal`'s, so it would change at every read.
+    Stat only, no connection kept between sweeps (whose `PRAGMA data_version` would be exact): an open connection
+    holds a shared lock on the WAL index that OpenClaw's own maintenance may need to be alone for (its "database
+    is locked" at start, tests/openclaw_harness.py). A stamp taken within `_RACY_NS` of its files' newest mtime,
+    or a read that failed, is not kept: the next sweep reads again."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+        self._path = state_dir / REGISTRY_DB
+        self._stamp: tuple[object, ...] | None = None
+        self._found: list[tuple[str, Path]] = []
+        self.reads = 0  # times the registry was opened and queried (status of the cache, and its test)
+
+    def _stamp_now(self) -> tuple[tuple[tuple[int, ...] | None, ...], int]:
+        """The files' stats and the newest of their times (0: none there)."""
+        stats: list[tuple[int, ...] | None] = []
+        for path in (self._path, self._path.with_name(self._path.name + "-wal")):
+            try:
+                st = os.stat(path)
+            except OSError:
+                stats.append(None)
+                continue
+            stats.append((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+        newest = max((s[3] for s in stats if s is not None), default=0)
+        return tuple(stats), newest
+
+    def databases(self) -> list[tuple[str, Path]]:
+        """`registered_databases(state_dir)`, from the last read while the registry's files are unchanged."""
+        taken = time.time_ns()
+        stamp, newest = self._stamp_now()
+        if stamp == self._stamp:
+            return list(self._found)
+        found = _read_registry(self.state_dir)
+        self.reads += 1
+        self._found = found or []
+        self._stamp = stamp if found is not None and taken - newest >= _RACY_NS else None
+        return list(self._found)
+
+
+def transcript_dbs(state_dir: Path, agents: Iterable[AgentDirs],
+                   registry: Registry | None = None) -> list[TranscriptDb]:
     """Every database to read, once per agent: each agent's canonical one, then those the registry
     lists (a configured `session.store`, and the places earlier values of it left behind: OpenClaw
-    does not move conversations when it changes)."""
+    does not move conversations when it changes). `registry`: a kept `Registry` of `state_dir` (the daemon's,
+    read only when it changed); without one it is read now."""
+    registered = registry.databases() if registry is not None else registered_databases(state_dir)
     found: dict[tuple[str, str], TranscriptDb] = {}
     for db in [TranscriptDb(a.sqlite, a.agent_id) for a in agents] + [
-            TranscriptDb(path, agent) for agent, path in registered_databases(state_dir)]:
+            TranscriptDb(path, agent) for agent, path in registered]:
         found.setdefault((os.path.normpath(db.path), db.agent_id), db)
     return list(found.values())

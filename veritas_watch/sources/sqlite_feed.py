@@ -89,7 +89,8 @@ class SqliteFeed:
         self._forgotten_done: dict[str, set[str]] = {}  # key -> forgotten sessions removed by this process
         # Agents found in another agent's database (a shared `session.store`): polled like the others.
         self._shared: dict[str, TranscriptDb] = {}
-        self._excluded_told: set[tuple[str, str, str]] = set()  # (db, session, reason) logged by this process
+        # db -> session -> reason logged: the sessions its last poll found excluded, so it holds no more than that
+        self._excluded_told: dict[str, dict[str, str]] = {}
         # agent -> sessions seen excluded and not admitted since: kept after the session is deleted (its window
         # gone, its metadata with it), so its deletion archive is not read while this process remembers it
         self._kept_out: dict[str, dict[str, str]] = {}  # agent -> session -> reason
@@ -138,10 +139,11 @@ class SqliteFeed:
             if (sid in present and sid not in result.excluded) or not still_excluded(reason, now):
                 del kept[sid]
         kept.update(result.excluded)
+        told = self._excluded_told.get(db, {})
         for sid, reason in sorted(result.excluded.items()):
-            if (db, sid, reason) not in self._excluded_told:  # once per session and reason, not every sweep
-                self._excluded_told.add((db, sid, reason))
+            if told.get(sid) != reason:  # once while the session stays excluded for that reason, not every sweep
                 log.info("session_excluded", agent=agent_id, session=sid, reason=reason, db=str(path))
+        self._excluded_told[db] = dict(result.excluded)  # a session deleted or admitted since is let go
         if not result.unchanged:
             health.sessions = len(result.sessions)
             health.infos = {s.session_id: {"ended": s.ended, "last_seq": s.last_seq} for s in result.sessions}
@@ -185,6 +187,7 @@ class SqliteFeed:
         for key, reader in self._readers.items():
             if key not in wanted:
                 reader.close()
+                self._excluded_told.pop(key, None)
         return polled
 
     def directories_elsewhere(self) -> list[Path]:
