@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from veritas_watch import client, service
+from veritas_watch import client
 from veritas_watch import log as logsetup
 from veritas_watch.client import DaemonEndpoint, DaemonRefused
 from veritas_watch.config import Config, ConfigError, load_config
@@ -65,10 +65,19 @@ def _parser() -> argparse.ArgumentParser:
     forget = sub.add_parser("forget", help="erase one session everywhere veritas-watch wrote it (memories, "
                             "CREDENTIALS_INDEX.md rows, vault entries, gap records), for good")
     forget.add_argument("--agent", required=True)
-    forget.add_argument("--session", required=True, help="the session id (exact, case-sensitive)")
+    forget.add_argument("--session", required=True, help="a session id, or a session key for each of its windows "
+                        "(exact, case-sensitive: as `openclaw memory forget --session` takes it)")
     forget.add_argument("--dry-run", action="store_true", help="only count what would go")
     forget.add_argument("--json", action="store_true")
-    service.add_parser(sub)
+    service = sub.add_parser("service", help="install or remove the systemd service for this installation")
+    actions = service.add_subparsers(dest="service_command", required=True)
+    for name, helptext in (("install", "write the unit (and a drop-in for local changes), enable and start it"),
+                           ("uninstall", "stop, disable and remove the unit (the data dir is kept)")):
+        action = actions.add_parser(name, help=helptext)
+        action.add_argument("--user", action="store_true", help="a user service (systemctl --user) instead")
+        if name == "install":
+            action.add_argument("--print", action="store_true", help="print the unit, write nothing")
+            action.add_argument("--state-dir", help="the OpenClaw state dir (default: as OpenClaw finds it)")
     return parser
 
 
@@ -443,6 +452,12 @@ def _list_credentials(config: Config, indexes: dict[str, Path]) -> None:
         print("veritas-watch: no credentials captured", file=sys.stderr)
 
 
+def cmd_service(config: Config, args: argparse.Namespace) -> int:
+    from veritas_watch.service import cmd_service  # only here: the other commands never need it
+
+    return cmd_service(config, args)
+
+
 def cmd_forget(config: Config, args: argparse.Namespace) -> int:
     from veritas_watch.features.credentials import IndexKeptChanging
     from veritas_watch.forget import DaemonTooOld, forget_command, render
@@ -500,7 +515,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command in ("run", "backfill"):
             return cmd_run(config, once=args.command == "backfill")
         handlers = {"search": cmd_search, "status": cmd_status, "export": cmd_export, "doctor": cmd_doctor,
-                    "selftest": cmd_selftest, "creds": cmd_creds, "service": service.cmd_service,
+                    "selftest": cmd_selftest, "creds": cmd_creds, "service": cmd_service,
                     "forget": cmd_forget}
         return handlers[args.command](config, args)
     except KeyboardInterrupt:

@@ -358,19 +358,8 @@ def uninstall(config: Config, args: argparse.Namespace, environ: Mapping[str, st
     return 0
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    service = sub.add_parser("service", help="install or remove the systemd service for this installation")
-    actions = service.add_subparsers(dest="service_command", required=True)
-    for name, helptext in (("install", "write the unit (and a drop-in for local changes), enable and start it"),
-                           ("uninstall", "stop, disable and remove the unit (the data dir is kept)")):
-        action = actions.add_parser(name, help=helptext)
-        action.add_argument("--user", action="store_true", help="a user service (systemctl --user) instead")
-        if name == "install":
-            action.add_argument("--print", action="store_true", help="print the unit, write nothing")
-            action.add_argument("--state-dir", help="the OpenClaw state dir (default: as OpenClaw finds it)")
-
-
 def cmd_service(config: Config, args: argparse.Namespace) -> int:
+    """`veritas-watch service install|uninstall` (its arguments: cli._parser)."""
     try:
         return install(config, args) if args.service_command == "install" else uninstall(config, args)
     except ServiceError as exc:
