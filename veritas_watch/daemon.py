@@ -73,6 +73,14 @@ STARTUP_SCAN_RECHECK = 0.5  # seconds between sweeps while the start-up gap scan
 GIL_SWITCH_INTERVAL = 0.0005
 
 
+def exit_code(*, once: bool, done: bool, data_dir_gone: bool = False) -> int:
+    """What the daemon's process exits with: 0; EXIT_DATA_DIR_GONE when its data dir was removed under it; for a
+    backfill (`once`) stopped before its pass was `done`, EXIT_BACKFILL_INTERRUPTED."""
+    if data_dir_gone:
+        return EXIT_DATA_DIR_GONE
+    return EXIT_BACKFILL_INTERRUPTED if once and not done else 0
+
+
 def load_redact_key(data_dir: Path) -> bytes:
     """The key behind credential fingerprints: random per install, so a fingerprint cannot be brute-forced."""
     path = data_dir / "fingerprint.key"
@@ -205,23 +213,22 @@ class Daemon:
         async with contextlib.AsyncExitStack() as opened:  # closed in reverse, whatever happens
             running = await self._start(opened)
             if running is None:  # stopped while waiting for the data dir or the store
-                return self._backfill_exit(False, 0)
+                return self._told(exit_code(once=self.once, done=False), 0)
             drained = await running.main_loop()
         stats = running.rt.sink.stats  # stored = new memories + rewritten (a point the store had, another payload)
         log.info("daemon_stopped", drained=drained, stored=stats.stored, new=stats.stored - stats.rewritten,
                  rewritten=stats.rewritten)
-        code = EXIT_DATA_DIR_GONE if running.data_dir_gone else self._backfill_exit(running.backfill_done,
-                                                                                    running.rt.sink.stats.stored)
+        code = self._told(running.shutdown.exit_code, stats.stored)  # chosen once, when the main loop stopped
         running.shutdown.complete(code)
         return code
 
-    def _backfill_exit(self, done: bool, stored: int) -> int:
-        """0, or for a backfill stopped before its pass was done, 1 and one line that says so (what it stored
-        stays stored, and the next backfill goes on from there)."""
-        if not self.once or done:
-            return 0
-        log.warning("backfill_interrupted", stored=stored, hint="run backfill again: it goes on where it stopped")
-        return EXIT_BACKFILL_INTERRUPTED
+    @staticmethod
+    def _told(code: int, stored: int) -> int:
+        """`code`, and for an interrupted backfill one line that says so (what it stored stays stored, and the
+        next backfill goes on from there)."""
+        if code == EXIT_BACKFILL_INTERRUPTED:
+            log.warning("backfill_interrupted", stored=stored, hint="run backfill again: it goes on where it stopped")
+        return code
 
     def _handle_signals(self) -> None:
         # Signals first: a SIGTERM during a long start-up (model load, store migration) stops cleanly after it.
@@ -462,9 +469,8 @@ class Running:
             await self.stop_event.wait()
         finally:
             shutdown = self.shutdown = Shutdown(self.config.pipeline.stop_timeout, exit_when_overdue=self.owns_process)
-            # what the process exits with if the bound is reached first
-            shutdown.exit_code = (EXIT_DATA_DIR_GONE if self.data_dir_gone else
-                                  EXIT_BACKFILL_INTERRUPTED if self.once and not self.backfill_done else 0)
+            # what the process exits with, whether the bound is reached first or not (`Daemon.run`)
+            shutdown.exit_code = exit_code(once=self.once, done=self.backfill_done, data_dir_gone=self.data_dir_gone)
             shutdown.arm()
             self.notifier.notify("STOPPING=1")
             log.info("daemon_stopping", deadline_s=shutdown.bound)
