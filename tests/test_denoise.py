@@ -570,12 +570,33 @@ def test_openclaw_commands_with_arguments_are_commands(command: str) -> None:
 
 
 @pytest.mark.parametrize("text", [
-    "/skill weather Berlin", "/btw what did we decide about the budget?", "/steer use metric units",
-    "/goal ship the release by Friday", "/tmp/build is full again", "/v2 of the plan is ready",
-    "/think-tank meets at 3", "/etc/hosts has a typo", "/modelling results are in",
+    "/skill weather Berlin", "/btw what did we decide about the budget?", "/goal ship the release by Friday",
+    "/loop 1h check the deploy queue", "/learn from the deploy notes in docs/", "/steering committee meets at 3",
+    "/tmp/build is full again", "/v2 of the plan is ready", "/think-tank meets at 3", "/etc/hosts has a typo",
+    "/modelling results are in",
 ])
 def test_requests_and_paths_that_start_with_a_slash_are_kept(text: str) -> None:
+    """`/goal`, `/loop`, `/learn`, `/skill` keep their name: it says what the person asked for (a goal, a repeated
+    prompt, a skill drafted, a named skill run); OpenClaw 2026.9.6 writes them as typed."""
     assert kept(clean_message(user(text))) == text
+
+
+@pytest.mark.parametrize(("typed", "words"), [
+    ("/steer prefer trains over planes", "prefer trains over planes"),
+    ("/tell pack light", "pack light"),
+    ("/STEER: use metric units", "use metric units"),
+    ("/steer@hakua_bot keep it short\nand in German", "keep it short\nand in German"),
+    (SENDER_TUI + "[Tue 2026-03-17 13:29 GMT+9] /steer the budget is 500", "the budget is 500"),
+])
+def test_steer_keeps_the_persons_words_without_the_command(typed: str, words: str) -> None:
+    """OpenClaw 2026.9.6 writes `/steer <text>` (alias `/tell`) as typed, once, whether a run was active (the text
+    is injected into it) or not (it runs as a prompt); the model gets only the text, and so does memory."""
+    assert clean_message(user(typed)) == ("user", words)
+
+
+@pytest.mark.parametrize("typed", ["/steer", "/tell:", "/steer@hakua_bot", "/steer   "])
+def test_a_steer_without_words_is_a_command(typed: str) -> None:
+    assert skipped(clean_message(user(typed))) == "slash_command"
 
 
 def test_media_only_messages() -> None:

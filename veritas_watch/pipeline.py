@@ -45,8 +45,8 @@ from veritas_watch.sinks.store import Store, StoredPoint, StoreMeta, store_meta_
 from veritas_watch.transforms.chunk import chunk_entry
 from veritas_watch.transforms.denoise import (
     HistoryMessage,
+    capture_text,
     clean_message,
-    detection_text,
     first_user_text,
     history_messages,
     next_turn,
@@ -148,6 +148,9 @@ def transform_records(records: Sequence[RawRecord], state: SessionState, *, fall
             state.session_kind = "conversation"
         if state.session_kind in RUNTIME_SESSIONS:
             out.skipped[f"{state.session_kind}_session"] += 1
+            # Not memory, but a key may first reach this agent here (a sub-agent's brief): capture reads it.
+            if (scanned := capture_text(line, clean_message(line, turn=state.turn))) is not None:
+                _scan(out, record, line, session_id, scanned, line.timestamp, redact_key, keep_values)
             continue
         cleaned = clean_message(line, turn=state.turn)
         state.turn = next_turn(state.turn, line, cleaned)
@@ -158,9 +161,9 @@ def transform_records(records: Sequence[RawRecord], state: SessionState, *, fall
                                                  keep_values, state.conversation_start), chunk_chars, chunk_overlap)
         if isinstance(cleaned, Skip):
             out.skipped[cleaned.reason] += 1
-            # Tool output and narration are not memory, but a key pasted there must still be captured.
-            if cleaned.reason.startswith("tool"):
-                _scan(out, record, line, session_id, detection_text(line), line.timestamp, redact_key, keep_values)
+            # Tool output, a command, another agent's message...: not memory, but a key given there is captured.
+            if (scanned := capture_text(line, cleaned)) is not None:
+                _scan(out, record, line, session_id, scanned, line.timestamp, redact_key, keep_values)
             continue
         role, text = cleaned
         redacted = _scan(out, record, line, session_id, text, line.timestamp, redact_key, keep_values)

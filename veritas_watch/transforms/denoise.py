@@ -16,7 +16,7 @@ UTC] `: any bracket at a line start holding a date and time), `[message_id: X]` 
 block that carried a sub-agent's `[Internal task completion event]`s (cut where OpenClaw's own
 `stripLegacyInternalRuntimeContext` cuts it). Stripped from assistant text: reply tags
 (`[[reply_to_current]]`, `[[reply_to:<id>]]`, `[[audio_as_voice]]`), inline `<think>` blocks,
-`<final>` tags and `MEDIA:` delivery lines.
+`<final>` tags and `MEDIA:` delivery lines. A `/steer` (`/tell`) line keeps the words after the command.
 Images become `[image]` (media placeholders `<media:kind>` become `[kind]`); thinking blocks are
 dropped. Assistant text holding a `<tool_call>` (local models print their calls) is tool narration;
 assistant text mentioning `NO_REPLY` anywhere is a silent reply or protocol reasoning: both skipped.
@@ -284,6 +284,12 @@ _CONTROL_COMMANDS: Final = frozenset({
 })
 # How OpenClaw reads a command (`normalizeCommandBody`): `/name`, an optional `@bot`, then `:`, blank or the end.
 _COMMAND_HEAD = re.compile(r"/([A-Za-z][A-Za-z0-9_-]{0,31})(?:@[^\s:]+)?(?=\s|:|\Z)")
+# `/steer <message>` and its alias `/tell` (2026.9.6, `parseSteerMessage`): OpenClaw writes the line as typed
+# (once, while a run is active or not) and hands the model only the message, injected into the running turn or,
+# with none running, as a turn of its own. The command is delivery, not meaning: the person's words are the rest.
+# The other commands whose argument is a request keep their name, which says what was asked: `/goal <objective>`,
+# `/loop [interval] <prompt>`, `/learn <sources>`, `/skill <name> <input>` (`/btw` / `/side` writes nothing).
+_STEER_COMMANDS: Final = frozenset({"steer", "tell"})
 
 _REPLY_TAG = re.compile(r"\[\[\s*(?:reply_to_current|reply_to\s*:[^\]\n]*|audio_as_voice)\s*\]\]", re.I)
 _THINK = re.compile(r"<(think|thinking)>.*?(?:</\1>|\Z)", re.S | re.I)
@@ -420,6 +426,27 @@ def detection_text(line: ParsedLine) -> str:
     return "\n".join(block.text for block in line.blocks if block.text)
 
 
+# Lines that are not memory are still where a key may first reach an agent (a tool's output, a sub-agent's brief,
+# a cron job's prompt, another agent's message, `/config set ...`): credential capture reads them (never stored).
+# Not read: lines that are not messages, and delivery mirrors (copies of a line read already).
+_NOT_CAPTURED: Final = frozenset({NOT_A_MESSAGE, DELIVERY_MIRROR})
+_TOOL_LINES: Final = frozenset({TOOL_RESULT, TOOL_ONLY, TOOL_TURN_NARRATION})
+
+
+def capture_text(line: ParsedLine, result: tuple[Role, str] | Skip) -> str | None:
+    """What credential capture reads of a line that is not memory (`result`: what `clean_message` made of it, or
+    memory text in a session that is not memory); None: nothing.
+
+    Tool traffic is read whole. Elsewhere wrapped external content is left out: a webhook's email or page is
+    third-party text, and its unsubscribe and tracking tokens are no credential given to the agent."""
+    if isinstance(result, Skip) and result.reason in _NOT_CAPTURED:
+        return None
+    text = detection_text(line)
+    if (isinstance(result, Skip) and result.reason in _TOOL_LINES) or "<<<EXTERNAL_UNTRUSTED_CONTENT" not in text:
+        return text
+    return _EXTERNAL.sub(_EXTERNAL_PLACEHOLDER, text)
+
+
 @dataclass(frozen=True, slots=True)
 class HistoryMessage:
     """One message of a group chat's `Chat history since last reply` block, as its own memory.
@@ -522,12 +549,22 @@ def _clean_user(line: ParsedLine) -> tuple[Role, str] | Skip:
         return Skip(EXTERNAL_CONTENT)
     if _SLASH_COMMAND.fullmatch(text) or _is_control_command(text):
         return Skip(SLASH_COMMAND)
+    if (steered := _steered_words(text)) is not None:
+        return ("user", steered) if steered else Skip(SLASH_COMMAND)
     return ("user", text)
 
 
 def _is_control_command(text: str) -> bool:
     head = _COMMAND_HEAD.match(text)
     return head is not None and head.group(1).lower() in _CONTROL_COMMANDS
+
+
+def _steered_words(text: str) -> str | None:
+    """The person's words of a `/steer` or `/tell` line (empty for the bare command); None for any other text."""
+    head = _COMMAND_HEAD.match(text)
+    if head is None or head.group(1).lower() not in _STEER_COMMANDS:
+        return None
+    return text[head.end():].removeprefix(":").strip()
 
 
 def _strip_user(text: str, history: list[list[str]] | None = None) -> _Stripped:
