@@ -70,7 +70,7 @@ def test_unreadable_vault_lines_are_said_once_and_the_rest_forgotten(tmp_path: P
     not_utf8 = _vault_line(2, "/db.sqlite#gone:4").replace(b'"age"', b'"note": "\xff\xfe", "age"')
     lines = [_vault_line(1, "/db.sqlite#gone:3"), not_utf8,
              _vault_line(3, "/db.sqlite#gone:9")[:70],  # torn after its location
-             b"\xffgarbage that is no JSON at all", kept_line]
+             b"\xffgarbage that is no JSON at all", b"[" * 100_000, kept_line]  # (nested past the parser's depth)
     vault = data / "credentials.vault"
     vault.write_bytes(b"\n".join(lines) + b"\n")
     config = load_config(None, {"OPENCLAW_STATE_DIR": str(state), "VERITAS_WATCH_DATA_DIR": str(data)})
@@ -88,11 +88,11 @@ def test_unreadable_vault_lines_are_said_once_and_the_rest_forgotten(tmp_path: P
     events = [e["event"] for e in logs]
     assert events.count("vault_lines_unreadable") == 1 and "session_erase_failed" not in events
     [unreadable] = [e for e in logs if e["event"] == "vault_lines_unreadable"]
-    assert unreadable["lines"] == [4]
+    assert unreadable["lines"] == [4, 5]
     [erased] = [e for e in logs if e["event"] == "session_erased"]
     assert (erased["index_rows"], erased["vault_entries"]) == (1, 3)
     after = vault.read_bytes().split(b"\n")
     assert [json.loads(line) for line in after[:3]] == [{"n": n, "forgotten": True} for n in (1, 2, 3)]
-    assert after[3:] == [lines[3], kept_line, b""]  # the others byte for byte
+    assert after[3:] == [lines[3], lines[4], kept_line, b""]  # the others byte for byte
     assert index.read_bytes().endswith(b"Notiz: caf\xe9 (Latin-1, kept as it is)\n")
     assert [r.fingerprint for r in read_index(index)] == ["00000002"]
