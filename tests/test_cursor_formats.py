@@ -4,15 +4,16 @@ are read as they were. The old rows below are literal JSON as the previous code 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 from pathlib import Path
 
 from tests.daemon_harness import DaemonProcess, Ledger, append, assert_store_matches, file_key
-from veritas_watch.model import SESSION_STATE_VERSION, ConversationEnd, SessionState
+from veritas_watch.model import SESSION_STATE_VERSION, ConversationEnd, RawRecord, SessionState, SourceRef
 from veritas_watch.sources.cursors import CursorStore, FileCursor, SqliteCursor
 from veritas_watch.sources.sqlite import SessionBatch, SessionCursor
-from veritas_watch.sources.sqlite_feed import SqliteFeed
+from veritas_watch.sources.sqlite_feed import SqliteFeed, lost_conversation
 
 DB = "/state/agents/main/agent/openclaw-agent.sqlite"
 
@@ -193,3 +194,29 @@ def test_the_daemon_carries_a_transcript_on_from_a_cursor_of_the_previous_format
     assert (entries["stored"], entries["unchanged"]) == (1, 0), "the file was read again from its start"
     assert not daemon.events("cursor_corrupt")
     daemon.stop()
+
+
+def test_the_reset_a_conversation_began_at_is_kept_by_id_for_a_restore_to_check(tmp_path: Path) -> None:
+    """A restored backup may put other events at the seqs the reset held (OpenClaw reuses them): the reset is known by
+    its event id, kept in the cursor across restarts; a cursor written before that knows no id."""
+    path = tmp_path / "cursors.sqlite"
+    feed = SqliteFeed(CursorStore(path))
+    reset = RawRecord("main", b'{"type":"reset","id":"r7","reason":"new"}',
+                      SourceRef("sqlite", DB, session_id="w", seq=7))
+    state = SessionState("hdr", "conversation", "2026-11-30T09:00:00.000Z", conversation_entries=2,
+                         conversation_start=7)
+    first = SessionBatch("w", "hdr", (reset,), (), SessionCursor("w", 10, "g", "e9", 10))
+    feed.commit([feed.unit_for(DB, first, state)])
+    later = SessionBatch("w", "hdr", (), (), SessionCursor("w", 12, "g", "e11", 12))  # read on, no reset in it
+    feed.commit([feed.unit_for(DB, later, dataclasses.replace(state, conversation_entries=4))])
+    kept = CursorStore(path).load_sqlite(DB)["w"]
+    assert kept.conversation_start_id == "r7"
+    assert not lost_conversation(kept, frozenset({"r7", "e9"}))  # the backup holds its start: it goes on
+    assert lost_conversation(kept, frozenset({"e9"}))  # begun after the backup: removed
+    assert not lost_conversation(dataclasses.replace(kept, session=SessionState("hdr", conversation_start=7)),
+                                 frozenset())  # nothing said since its reset: it had ended
+    assert not lost_conversation(dataclasses.replace(kept, session=dataclasses.replace(
+        kept.session, conversation_start=None)), frozenset())  # begun at the session's start, which stays
+    older = json.loads(kept.to_json())
+    del older["conversation_start_id"]  # the format before it: the reset's id unknown, counted as removed
+    assert lost_conversation(SqliteCursor.from_json(json.dumps(older)), frozenset({"r7"}))

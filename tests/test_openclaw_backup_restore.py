@@ -6,8 +6,9 @@ moved into place of the live one, the gateway started: "Restore a database" in O
 docs/install/backups.md) and the gateway goes on from it. OpenClaw's transcript no longer holds what was said
 since the backup, and its next turns take the seqs the lost ones had, under the same rewrite generation
 (OpenClaw rotates it only for its own destructive rewrites). veritas-watch keeps what was said since the
-backup (held nowhere else now), stores the turns after the restore as well, and reports the `/new` that ends
-the restored conversation though an earlier `/new`, now lost, had that seq.
+backup (held nowhere else now), stores the turns after the restore as well, ends the conversation the restore
+removed (begun at a `/new` said after the backup: nothing in OpenClaw will end it now) once, at its last stored
+turn, and reports the `/new` that ends the restored conversation though an earlier `/new`, now lost, had that seq.
 
 Skipped, with the reason, only where the npm registry cannot be reached (and `CI` is not set).
 """
@@ -85,6 +86,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             w.notes["export"] = daemon.export()
             w.notes["kept"] = daemon.events("restored_points_kept")
             w.notes["gaps"] = daemon.events("gap_detected")
+            w.notes["ended"] = daemon.events("conversation_ended")
             w.notes["gaps_after_restart"] = restarted(gw, daemon)
             yield w
         finally:
@@ -115,9 +117,11 @@ def test_what_was_said_since_the_backup_stays_in_memory_with_what_came_after_the
     assert hits and "port locker" in hits[0]["text"].lower(), hits
 
 
-def test_the_new_after_the_restore_ends_the_restored_conversation(world: World) -> None:
+def test_the_restore_ends_the_conversation_it_removed_and_the_new_after_it_the_restored_one(world: World) -> None:
     ts = {p["data"]: p["timestamp"] for p in points(world)}
-    # the /new after the first lost turn, then the one after the restore (its seq was handed on before)
-    assert [g["session_end"] for g in world.notes["gaps"]] == [ts[LOST[0][1]], ts[AFTER_RESTORE[1]]], \
+    # the /new after the first lost turn; the restore, ending the conversation begun at that /new (lost with it);
+    # the /new after the restore (its seq was handed on before)
+    assert [g["session_end"] for g in world.notes["gaps"]] == [ts[LOST[0][1]], ts[LOST[1][1]], ts[AFTER_RESTORE[1]]], \
         world.notes["gaps"]
+    assert [e["reason"] for e in world.notes["ended"]] == ["new", "restored", "new"], world.notes["ended"]
     assert not world.notes["gaps_after_restart"], world.notes["gaps_after_restart"]

@@ -183,6 +183,56 @@ def test_a_rewritten_session_does_not_hand_its_resets_on_again(tmp_path: Path) -
         assert len(daemon.events("conversation_ended")) == 1
 
 
+
+def restore_to(writer: OpenClawWriter, sid: str, seq: int) -> None:
+    """A backup put in place: the session as it was before `seq`, under the same rewrite generation."""
+    writer.rewrite_suffix(sid, seq, [], rotate_generation=False)
+
+
+def test_a_restore_ends_the_conversation_it_removed_once_and_no_other(tmp_path: Path) -> None:
+    state, data, db, env = setup(tmp_path)
+    state_md(state, STALE)
+    with OpenClawWriter(db) as writer:
+        with running_daemon(state, data, extra_env=env) as daemon:
+            # lost: a whole conversation, begun at a `/new` said after the backup
+            lost = writer.create_session(f"agent:{AGENT}:main")
+            writer.append(lost, msg("Book the venue.", event_id="l1", ts="2026-11-30T08:00:00Z"))
+            (lost_reset,) = writer.append(lost, reset_event("new"))
+            writer.append(lost, msg("Order the banners.", event_id="l2", ts="2026-11-30T09:00:00Z"),
+                          msg("Banners ordered.", "assistant", event_id="l3", ts="2026-11-30T09:00:05Z"))
+            # cut: a conversation whose beginning the backup holds, its last turn said after it
+            cut = writer.create_session(f"agent:{AGENT}:side")
+            writer.append(cut, msg("Side: plan the offsite.", event_id="c1", ts="2026-11-30T08:10:00Z"))
+            (cut_turn,) = writer.append(cut, msg("Offsite planned.", "assistant", event_id="c2",
+                                                 ts="2026-11-30T08:10:05Z"))
+            # ended: a conversation ended by a reset said after the backup, nothing said since
+            ended = writer.create_session(f"agent:{AGENT}:ops")
+            writer.append(ended, msg("Ops: renew the certs.", event_id="e1", ts="2026-11-30T08:20:00Z"))
+            (ended_reset,) = writer.append(ended, reset_event("new"))
+            wait_for(lambda: len(gap_events(daemon)) == 2, what="the two /new")
+            daemon.wait_idle()
+            for sid, seq in ((lost, lost_reset), (cut, cut_turn), (ended, ended_reset)):
+                restore_to(writer, sid, seq)
+            wait_for(lambda: len(daemon.events("restored_points_kept")) == 3, what="the three restores")
+            wait_for(lambda: len(gap_events(daemon)) == 3, what="the removed conversation's end")
+            daemon.wait_idle()
+            restored = [e for e in daemon.events("conversation_ended") if e["reason"] == "restored"]
+            assert [(e["session"], e["ended_at"], e["transcript"]) for e in restored] \
+                == [(lost, "2026-11-30T09:00:05.000Z", f"{db}#{lost}")], restored
+            assert str(gap_events(daemon)[-1]["session_end"]).startswith("2026-11-30T09:00:05")
+            # what was said since the backup stays memory
+            assert {"l2", "l3", "c2"} <= {p["payload"]["entry_id"] for p in daemon.export(AGENT)}
+        with running_daemon(state, data, extra_env=env) as daemon:  # the log file is shared by both runs
+            daemon.wait_idle()
+            assert len(gap_events(daemon)) == 3, "not again after a restart"
+            # the conversation the restore cut goes on in the restored database and ends as any other
+            writer.append(cut, msg("Side: the offsite moved to Friday.", event_id="c3", ts="2026-11-30T10:00:00Z"),
+                          reset_event("new"))
+            wait_for(lambda: len(gap_events(daemon)) == 4, what="the cut conversation's /new")
+            daemon.wait_idle()
+            assert str(gap_events(daemon)[-1]["session_end"]).startswith("2026-11-30T10:00:00")
+            assert len(gap_events(daemon)) == 4
+
 @pytest.mark.parametrize("reason", ["new", "reset", "idle", "daily"])
 def test_the_transform_ends_a_conversation_at_each_reset_reason(reason: str) -> None:
     def record(seq: int, event: dict[str, object]) -> RawRecord:

@@ -129,6 +129,9 @@ class SqliteCursor:
     ended_reported: bool = False  # the session's window ended and that end was handed on
     ends_through_seq: int | None = None  # reset events up to this seq were handed on (a rewalk reads them again)
     pending_ends: list[ConversationEnd] = field(default_factory=list)  # ended, stored, not handed on yet
+    # The event id of the reset its current conversation began at (`session.conversation_start`): a restored backup
+    # that no longer holds it removed the conversation (`sqlite_feed.lost_conversation`). None: the session's start.
+    conversation_start_id: str | None = None
 
     @property
     def next_seq(self) -> int:
@@ -143,7 +146,8 @@ class SqliteCursor:
         return json.dumps({"position": self.position.to_dict() if self.position is not None else None,
                            "session": self.session.to_dict(), "vanished": self.vanished,
                            "ended_reported": self.ended_reported, "ends_through_seq": self.ends_through_seq,
-                           "pending_ends": [dataclasses.asdict(e) for e in self.pending_ends]})
+                           "pending_ends": [dataclasses.asdict(e) for e in self.pending_ends],
+                           "conversation_start_id": self.conversation_start_id})
 
     @classmethod
     def from_json(cls, text: str, *, db: str = "", session_id: str = "") -> SqliteCursor:
@@ -155,18 +159,21 @@ class SqliteCursor:
             raise ValueError(f"cursor is a {type(raw).__name__}, not an object")
         if "session" not in raw:
             return cls._from_loose(raw, db, session_id)
-        unknown = set(raw) - {"position", "session", "vanished", "ended_reported", "ends_through_seq", "pending_ends"}
+        unknown = set(raw) - {"position", "session", "vanished", "ended_reported", "ends_through_seq", "pending_ends",
+                              "conversation_start_id"}
         if unknown:
             raise ValueError(f"unknown cursor fields: {sorted(unknown)}")
         vanished, reported = raw.get("vanished", False), raw.get("ended_reported", False)
-        through = raw.get("ends_through_seq")
+        through, start_id = raw.get("ends_through_seq"), raw.get("conversation_start_id")
         if not isinstance(vanished, bool) or not isinstance(reported, bool):
             raise ValueError("cursor fields vanished and ended_reported must be true or false")
         if through is not None and _int(through) is None:
             raise ValueError(f"cursor field ends_through_seq has a bad value: {through!r:.80}")
+        if start_id is not None and not isinstance(start_id, str):
+            raise ValueError(f"cursor field conversation_start_id has a bad value: {start_id!r:.80}")
         position = raw.get("position")
         return cls(None if position is None else _position(position, db, session_id, quiet=False),
-                   SessionState.from_dict(raw["session"]), vanished, reported, through, _pending(raw))
+                   SessionState.from_dict(raw["session"]), vanished, reported, through, _pending(raw), start_id)
 
     @classmethod
     def _from_loose(cls, raw: dict[str, object], db: str, session_id: str) -> SqliteCursor:

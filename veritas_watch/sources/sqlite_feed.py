@@ -37,6 +37,7 @@ from veritas_watch.sources.sqlite import (
     SqlitePoll,
     SqliteSourceError,
     SqliteTranscriptReader,
+    event_entry_id,
 )
 
 log = structlog.get_logger()
@@ -263,23 +264,22 @@ class SqliteFeed:
             # its memories stay, and so does its last entry time for `status`.
             if previous is None:
                 return SqliteUnit(db, batch.session_id, None)
-            facts = previous.session
-            if facts.conversation_entries and not previous.ended_reported:
-                # where it ended, written as every SQLite location is (`db#session:seq`, the last row read)
-                last = previous.position.next_seq - 1 if previous.position is not None else None
-                where = f"{self._path(db)}#{batch.session_id}" + (f":{last}" if last is not None and last >= 0 else "")
-                pending.append(ConversationEnd(facts.session_id or batch.session_id, facts.last_entry_ts,
-                                               facts.session_kind or "unknown", "deleted", where))
+            if previous.session.conversation_entries and not previous.ended_reported:
+                pending.append(open_end(previous, batch.session_id, "deleted", self._path(db)))
             return SqliteUnit(db, batch.session_id, dataclasses.replace(previous, vanished=True, pending_ends=pending))
         # A rewalk reads the session again from its first row: its resets come again, and only the
         # ones past what was already handed on are new. After a restore the seqs past the restored rows
         # are new events' (what was handed on again is the gap store's to drop: same session, same end).
-        handed = previous.ends_through_seq if previous is not None and batch.rewalk_reason != "restored" else None
+        restored = batch.rewalk_reason == "restored"
+        handed = previous.ends_through_seq if previous is not None and not restored else None
+        if restored and previous is not None and lost_conversation(previous, batch.present_event_ids):
+            pending.append(open_end(previous, batch.session_id, "restored", self._path(db)))
         pending += [e for e in ends if e.seq is None or handed is None or e.seq > handed]
         return SqliteUnit(db, batch.session_id, SqliteCursor(
             batch.cursor, dataclasses.replace(state, session_id=batch.point_session_id),
             ended_reported=previous is not None and previous.ended_reported and not batch.rewalk,
-            ends_through_seq=handed, pending_ends=pending))
+            ends_through_seq=handed, pending_ends=pending,
+            conversation_start_id=conversation_start_id(batch, state, None if batch.rewalk else previous)))
 
     def commit(self, units: Sequence[SqliteUnit]) -> None:
         """After the store acked: persist, then make the new states the read positions."""
@@ -313,11 +313,8 @@ class SqliteFeed:
                     continue  # asked again after the next poll
                 state.ended_reported = True
                 changed[sid] = state
-                facts = state.session
-                if facts.conversation_entries and not continued:
-                    pending.append(ConversationEnd(facts.session_id or sid, facts.last_entry_ts,
-                                                   facts.session_kind or "unknown", "moved_on",
-                                                   f"{self._path(db)}#{sid}"))
+                if state.session.conversation_entries and not continued:
+                    pending.append(open_end(state, sid, "moved_on", self._path(db)))
             if pending:
                 ends.extend(pending)
                 seqs = [e.seq for e in pending if e.seq is not None]
@@ -348,6 +345,39 @@ def partition_name(name: str, agent_id: str) -> bool:
     """Whether `name` is a database a `sessions.json`-style store gives `agent_id` (OpenClaw's
     `resolveCustomStoreSqlitePath`: the default agent's unsuffixed, another's `.<id>`, then `.<id>.<n>`)."""
     return re.fullmatch(rf"openclaw-agent(?:\.{re.escape(agent_id)}(?:\.[1-9][0-9]*)?)?\.sqlite", name) is not None
+
+
+def open_end(state: SqliteCursor, sid: str, reason: str, db_path: str) -> ConversationEnd:
+    """The end of a session's conversation that no event of the session marks (its window gone or moved on, or a
+    restore that removed it): at its last entry's time, where its last row read is (`db#session:seq`; the session
+    alone after a restore, whose rows at those seqs are other events or none)."""
+    facts = state.session
+    last = state.next_seq - 1 if state.position is not None and reason != "restored" else -1
+    where = f"{db_path}#{sid}" + (f":{last}" if last >= 0 else "")
+    return ConversationEnd(facts.session_id or sid, facts.last_entry_ts, facts.session_kind or "unknown", reason, where)
+
+
+def lost_conversation(previous: SqliteCursor, present: AbstractSet[str] | None) -> bool:
+    """Whether a restored backup removed the conversation `previous` was in (`present`: the event ids the restored
+    session holds): one that began at a reset the restored database no longer holds (OpenClaw can then write other
+    events at its seqs) was said after the backup, is held nowhere but in memory, and nothing in OpenClaw will end
+    it. One begun where the restored database still holds it goes on there and ends as any other; one with nothing
+    stored since its reset (it had ended) needs no end. A reset whose id is unknown (a cursor written before ids
+    were kept) counts as lost: the turns after the backup were lost in any case."""
+    start = previous.session.conversation_start
+    if not previous.session.conversation_entries or start is None:
+        return False
+    return previous.conversation_start_id is None or previous.conversation_start_id not in (present or ())
+
+
+def conversation_start_id(batch: SessionBatch, state: SessionState, previous: SqliteCursor | None) -> str | None:
+    """The event id of the reset the session's current conversation began at (`state.conversation_start`, a seq):
+    read in this batch, else as `previous` (the committed state, None on a rewalk) kept it."""
+    start = state.conversation_start
+    if start is None:
+        return None
+    found = next((event_entry_id(r.data) for r in batch.records if r.source.seq == start), None)
+    return found if found is not None else previous.conversation_start_id if previous is not None else None
 
 
 def forget_points(agent_id: str, db: str, session_id: str, point_session_id: str) -> Callable[[Store], None]:
