@@ -562,6 +562,8 @@ def test_bare_slash_commands() -> None:
     "/think high", "/Model mock/mock-1", "/verbose on", "/v full", "/think: high", "/status@hakua_bot",
     "/compact keep the dates\nand the names", "/queue steer", "/fast auto", "/usage cost", "/bash ls -la",
     "/new remember the regatta",  # as written when OpenClaw refused it (on success it writes the note alone)
+    "/goal pause", "/goal status", "/Goal: done", "/loop status", "/loop stop", "/loop stop nightly check",
+    "/loop help",
 ])
 def test_openclaw_commands_with_arguments_are_commands(command: str) -> None:
     """What OpenClaw 2026.9.6 wrote for `/think low` sent through the gateway (`chat.send`): the user row as
@@ -571,7 +573,8 @@ def test_openclaw_commands_with_arguments_are_commands(command: str) -> None:
 
 @pytest.mark.parametrize("text", [
     "/skill weather Berlin", "/btw what did we decide about the budget?", "/goal ship the release by Friday",
-    "/loop 1h check the deploy queue", "/learn from the deploy notes in docs/", "/steering committee meets at 3",
+    "/loop 1h check the deploy queue", "/loop stopwatch the build", "/goal edit ship it by Monday",
+    "/goal block waiting on the vendor", "/learn from the deploy notes in docs/", "/steering committee meets at 3",
     "/tmp/build is full again", "/v2 of the plan is ready", "/think-tank meets at 3", "/etc/hosts has a typo",
     "/modelling results are in",
 ])

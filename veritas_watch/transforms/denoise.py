@@ -290,6 +290,10 @@ _COMMAND_HEAD = re.compile(r"/([A-Za-z][A-Za-z0-9_-]{0,31})(?:@[^\s:]+)?(?=\s|:|
 # The other commands whose argument is a request keep their name, which says what was asked: `/goal <objective>`,
 # `/loop [interval] <prompt>`, `/learn <sources>`, `/skill <name> <input>` (`/btw` / `/side` writes nothing).
 _STEER_COMMANDS: Final = frozenset({"steer", "tell"})
+# ... but their control forms are commands (`parseGoalCommand`, the `/loop` handler): `/goal pause`, `/goal status`,
+# `/loop status`, `/loop stop [name]` (an action word alone; `/goal edit <objective>` is a request).
+_GOAL_ACTIONS: Final = frozenset({"block", "blocked", "clear", "complete", "create", "done", "edit", "pause", "resume",
+                                  "set", "start", "status"})
 
 _REPLY_TAG = re.compile(r"\[\[\s*(?:reply_to_current|reply_to\s*:[^\]\n]*|audio_as_voice)\s*\]\]", re.I)
 _THINK = re.compile(r"<(think|thinking)>.*?(?:</\1>|\Z)", re.S | re.I)
@@ -556,7 +560,17 @@ def _clean_user(line: ParsedLine) -> tuple[Role, str] | Skip:
 
 def _is_control_command(text: str) -> bool:
     head = _COMMAND_HEAD.match(text)
-    return head is not None and head.group(1).lower() in _CONTROL_COMMANDS
+    if head is None:
+        return False
+    name = head.group(1).lower()
+    if name in _CONTROL_COMMANDS:
+        return True
+    if name not in ("goal", "loop"):
+        return False
+    rest = text[head.end():].removeprefix(":").strip().lower()
+    if name == "goal":
+        return rest in _GOAL_ACTIONS  # the action alone; with text (an objective, a note) it is a request
+    return rest in ("help", "status") or rest.partition(" ")[0] == "stop"
 
 
 def _steered_words(text: str) -> str | None:
