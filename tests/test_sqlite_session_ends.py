@@ -233,6 +233,32 @@ def test_a_restore_ends_the_conversation_it_removed_once_and_no_other(tmp_path: 
             assert str(gap_events(daemon)[-1]["session_end"]).startswith("2026-11-30T10:00:00")
             assert len(gap_events(daemon)) == 4
 
+
+def test_a_restore_found_at_start_up_tells_the_lost_reset_from_a_new_one_at_its_seq(tmp_path: Path) -> None:
+    """OpenClaw writes the turns after a restore at the seqs the lost ones had: with the daemon stopped meanwhile,
+    another `/new` can sit where the lost one did. The lost conversation is told by its reset's event id."""
+    state, data, db, env = setup(tmp_path)
+    state_md(state, STALE)
+    with OpenClawWriter(db) as writer:
+        with running_daemon(state, data, extra_env=env) as daemon:
+            sid = writer.create_session(f"agent:{AGENT}:main")
+            writer.append(sid, msg("Book the venue.", event_id="u1", ts="2026-11-30T08:00:00Z"))
+            (reset_seq,) = writer.append(sid, reset_event("new"))
+            writer.append(sid, msg("Order the banners.", event_id="u2", ts="2026-11-30T09:00:00Z"),
+                          msg("Banners ordered.", "assistant", event_id="a2", ts="2026-11-30T09:00:05Z"))
+            wait_for(lambda: gap_events(daemon), what="the /new")
+            daemon.wait_idle()
+        restore_to(writer, sid, reset_seq)
+        assert writer.append(sid, reset_event("new")) == [reset_seq]  # another /new, at the lost one's seq
+        writer.append(sid, msg("Print the programme.", event_id="u3", ts="2026-11-30T10:00:00Z"))
+        with running_daemon(state, data, extra_env=env) as daemon:
+            wait_for(lambda: daemon.events("restored_points_kept"), what="the restore")
+            daemon.wait_idle()
+            restored = [e for e in daemon.events("conversation_ended") if e["reason"] == "restored"]
+            assert [e["ended_at"] for e in restored] == ["2026-11-30T09:00:05.000Z"], restored
+            assert [str(g["session_end"])[:19] for g in gap_events(daemon)] \
+                == ["2026-11-30T08:00:00", "2026-11-30T09:00:05"], gap_events(daemon)
+
 @pytest.mark.parametrize("reason", ["new", "reset", "idle", "daily"])
 def test_the_transform_ends_a_conversation_at_each_reset_reason(reason: str) -> None:
     def record(seq: int, event: dict[str, object]) -> RawRecord:
