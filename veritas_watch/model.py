@@ -293,7 +293,8 @@ class ConversationEnd:
     session_id: str  # the point session id
     ended_at: str | None  # the conversation's last entry time (ISO, UTC)
     session_kind: str  # a SessionKind
-    reason: str  # the reset's reason (new, reset, idle, daily, ...) or "deleted"
+    # the reset's reason (new, reset, idle, daily, ...); else deleted, moved_on or restored (sqlite_feed.open_end)
+    reason: str
     transcript: str  # where it ended: the reset event (`db#session:seq`) or the session
     seq: int | None = None  # the reset event's seq, when there is one
 
