@@ -551,34 +551,27 @@ def _clean_user(line: ParsedLine) -> tuple[Role, str] | Skip:
         return Skip(MEDIA_ONLY)
     if text == _EXTERNAL_PLACEHOLDER:
         return Skip(EXTERNAL_CONTENT)
-    if _SLASH_COMMAND.fullmatch(text) or _is_control_command(text):
+    command = _command(text)
+    if _SLASH_COMMAND.fullmatch(text) or (command is not None and _is_control_command(*command)):
         return Skip(SLASH_COMMAND)
-    if (steered := _steered_words(text)) is not None:
-        return ("user", steered) if steered else Skip(SLASH_COMMAND)
+    if command is not None and command[0] in _STEER_COMMANDS:
+        return ("user", command[1]) if command[1] else Skip(SLASH_COMMAND)
     return ("user", text)
 
 
-def _is_control_command(text: str) -> bool:
+def _command(text: str) -> tuple[str, str] | None:
+    """(name in lower case, argument) of text OpenClaw reads as a command; None for other text."""
     head = _COMMAND_HEAD.match(text)
-    if head is None:
-        return False
-    name = head.group(1).lower()
+    return None if head is None else (head.group(1).lower(), text[head.end():].removeprefix(":").strip())
+
+
+def _is_control_command(name: str, argument: str) -> bool:
     if name in _CONTROL_COMMANDS:
         return True
-    if name not in ("goal", "loop"):
-        return False
-    rest = text[head.end():].removeprefix(":").strip().lower()
+    action = argument.lower()
     if name == "goal":
-        return rest in _GOAL_ACTIONS  # the action alone; with text (an objective, a note) it is a request
-    return rest in ("help", "status") or rest.partition(" ")[0] == "stop"
-
-
-def _steered_words(text: str) -> str | None:
-    """The person's words of a `/steer` or `/tell` line (empty for the bare command); None for any other text."""
-    head = _COMMAND_HEAD.match(text)
-    if head is None or head.group(1).lower() not in _STEER_COMMANDS:
-        return None
-    return text[head.end():].removeprefix(":").strip()
+        return action in _GOAL_ACTIONS  # the action alone; with text (an objective, a note) it is a request
+    return name == "loop" and (action in ("help", "status") or action.partition(" ")[0] == "stop")
 
 
 def _strip_user(text: str, history: list[list[str]] | None = None) -> _Stripped:
