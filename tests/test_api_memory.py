@@ -22,7 +22,7 @@ import pytest
 
 from tests.daemon_harness import DaemonProcess, header, line, message
 
-TOKEN = "test-token-5b1f"
+TOKEN = "test-token-5b1f-0123456789abcdef-0123456789"
 AGENTS = [f"agent{i}" for i in range(8)]
 PER_AGENT = 10
 NOUNS = ("heron", "mill", "ferry", "lantern", "orchard", "granite", "violet", "harbor", "meadow", "copper",

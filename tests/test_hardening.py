@@ -40,6 +40,7 @@ import pytest
 
 from tests.daemon_harness import REPO, DaemonProcess, InProcessDaemon, append, header, message, wait_for
 from tests.secret_corpus import KINDS_BY_RULE
+from veritas_watch.transport import key_id
 
 # Generated, not written here: a key-shaped literal in the source would trip secret scanners.
 _rng = random.Random(12)
@@ -47,9 +48,11 @@ OPENAI = KINDS_BY_RULE["openai_api_key"].make(_rng)
 ANTHROPIC = KINDS_BY_RULE["anthropic_api_key"].make(_rng)
 AWS = KINDS_BY_RULE["aws_access_key_id"].make(_rng)
 SECRETS = (OPENAI, ANTHROPIC, AWS)
-ADMIN_TOKEN = "admin-token-0123456789abcdef"
-MAIN_TOKEN = "main-token-0123456789abcdef"
-OPS_TOKEN = "ops-token-0123456789abcdef0"
+ADMIN_TOKEN = "admin-token-0123456789abcdef-0123456789"
+MAIN_TOKEN = "main-token-0123456789abcdef-0123456789"
+OPS_TOKEN = "ops-token-0123456789abcdef0-0123456789"
+METRICS_TOKEN = "metrics-token-0123456789abcdef-0123456789"
+WEAK_TOKEN = "qa-token-12345"  # under 32 characters: not accepted over TCP
 
 
 # -- helpers ---------------------------------------------------------------------------------------
@@ -403,8 +406,10 @@ def token_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonPro
     state = root / "state"
     write_agent(state, "main", ["The garden gate squeaks when the wind comes from the north."])
     write_agent(state, "ops", ["The ops runbook says to rotate the pager on Mondays."])
+    write_agent(state, "qa", ["The qa box reboots at noon."])
     daemon = DaemonProcess(state, root / "data", config={
-        "http": {"token": ADMIN_TOKEN, "agent_tokens": {"main": MAIN_TOKEN, "ops": OPS_TOKEN}}})
+        "http": {"token": ADMIN_TOKEN, "agent_tokens": {"main": MAIN_TOKEN, "ops": OPS_TOKEN, "qa": WEAK_TOKEN},
+                 "metrics_token": METRICS_TOKEN}})
     daemon.start()
     try:
         daemon.wait_idle()
@@ -443,6 +448,56 @@ def test_f4_per_agent_tokens_limit_a_caller_to_its_agent(token_daemon: DaemonPro
     status, raw = call(daemon, "GET", "/export", token=ADMIN_TOKEN)
     assert status == 200 and {"main", "ops"} <= {p["payload"]["agent_id"] for p in ndjson(raw)}
     assert {"main", "ops"} <= set(json.loads(daemon.cli("status", "--json").stdout)["agents"])
+
+
+def test_the_metrics_token_reads_metrics_and_nothing_else(token_daemon: DaemonProcess) -> None:
+    """A Prometheus scraper cannot check the server's proof, so it gets a token of its own (http.metrics_token)
+    that opens GET /metrics only: a squatter it hands that token to can read no memory with it. The operator's
+    token keeps reading /metrics; an agent's does not."""
+    daemon = token_daemon
+    status, text = call(daemon, "GET", "/metrics", token=METRICS_TOKEN)
+    assert status == 200 and b"veritas" in text, text
+    assert call(daemon, "GET", "/metrics", token=ADMIN_TOKEN)[0] == 200
+    assert call(daemon, "GET", "/metrics", token=MAIN_TOKEN)[0] == 403
+    for method, path, body in (("POST", "/memory/search", {"agent_id": "main", "query": "garden gate"}),
+                               ("POST", "/memory/context", {"agent_id": "main", "query": "garden gate"}),
+                               ("POST", "/search", {"agent_id": "main", "query": "garden gate"}),
+                               ("POST", "/memory/add", {"agent_id": "main", "text": "poison"}),
+                               ("GET", "/export?agent=main", None), ("GET", "/status", None),
+                               ("GET", "/status?agent=main", None), ("POST", "/selftest/cleanup", {})):
+        status, answer = call(daemon, method, path, body, METRICS_TOKEN)
+        assert status == 403 and answer == {"error": "http.metrics_token is for GET /metrics only"}, (path, answer)
+    assert "metrics_token_elsewhere" in {e["reason"] for e in daemon.events("request_refused")}
+    # never proved on /health: its holder does not ask, and a proof is an HMAC one could guess against
+    challenge = os.urandom(32).hex()
+    _, headers, _ = raw_request(daemon, "GET", "/health", headers={"X-Veritas-Challenge": challenge,
+                                                                   "X-Veritas-Key-Id": key_id(METRICS_TOKEN)})
+    assert "x-veritas-proof" not in headers
+
+
+def test_a_weak_token_is_not_accepted_over_tcp_and_the_daemon_says_so_once(token_daemon: DaemonProcess) -> None:
+    """http.agent_tokens.qa is 14 characters: its key id, sent before any proof, would let a squatter guess it
+    offline. The daemon runs, says so in one line, and neither accepts nor proves it; the socket is unaffected,
+    and `doctor` says it too."""
+    from veritas_watch.config import load_config
+    from veritas_watch.doctor import run_doctor
+
+    daemon = token_daemon
+    lines = daemon.events("http_token_too_weak")
+    assert len(lines) == 1 and lines[0]["keys"] == ["http.agent_tokens.qa"], lines
+    assert WEAK_TOKEN not in daemon.log_text()
+    assert call(daemon, "POST", "/memory/search", {"agent_id": "qa", "query": "reboots"}, WEAK_TOKEN)[0] == 401
+    challenge = os.urandom(32).hex()
+    _, headers, _ = raw_request(daemon, "GET", "/health", headers={"X-Veritas-Challenge": challenge,
+                                                                   "X-Veritas-Key-Id": key_id(WEAK_TOKEN)})
+    assert "x-veritas-proof" not in headers
+    assert call(daemon, "POST", "/memory/search", {"agent_id": "main", "query": "garden"}, MAIN_TOKEN)[0] == 200
+    assert "qa" in json.loads(daemon.cli("status", "--json").stdout)["agents"]  # over the socket
+    config = load_config(environ=daemon.env)
+    tokens = [c for c in run_doctor(config, unit_paths=[], load_model=False) if c.name == "tokens"]
+    assert len(tokens) == 1 and tokens[0].status == "warn", tokens
+    assert tokens[0].detail.startswith("http.agent_tokens.qa: too weak (at least 32 characters"), tokens[0].detail
+    assert WEAK_TOKEN not in tokens[0].render()
 
 
 def test_f4_allow_all_agents_is_accepted_and_opens_nothing(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ import json
 import os
 import pwd
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -257,7 +258,7 @@ def test_a_crashed_daemons_socket_is_replaced_and_another_users_data_dir_refused
 class Squatter:
     """A plain server on the daemon's TCP port that answers everything with a made-up memory."""
 
-    def __init__(self) -> None:
+    def __init__(self, port: int = 0) -> None:
         self.seen: list[dict[str, Any]] = []
         squatter = self
 
@@ -279,7 +280,7 @@ class Squatter:
 
             do_GET = do_POST = _answer
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.port = int(self.server.server_address[1])
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
@@ -323,6 +324,105 @@ def test_a_port_squatter_gets_neither_the_token_nor_the_question_from_the_cli(tm
         squatter.close()
 
 
+class Handover:
+    """What a squatter can do between two connections, made to happen on demand: a server that holds the token
+    answers the proof, but first gives its port away (the daemon stopping, and another process binding the port
+    in that instant). Whatever the client sends on that connection afterwards reaches the proven server
+    (`requests`); whatever it sends on a new connection reaches the squatter."""
+
+    def __init__(self, token: str) -> None:
+        self.requests: list[bytes] = []
+        self.squatter: Squatter | None = None
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self._listener.getsockname()[1])
+        self._thread = threading.Thread(target=self._serve, args=(token,), daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def _read_request(conn: socket.socket) -> bytes:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = conn.recv(65536)
+            if not chunk:
+                return data
+            data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                       if line.lower().startswith(b"content-length:")), 0)
+        while len(body) < length:
+            chunk = conn.recv(65536)
+            if not chunk:
+                break
+            body += chunk
+        return head + b"\r\n\r\n" + body
+
+    def _serve(self, token: str) -> None:
+        conn, _ = self._listener.accept()
+        with conn:
+            conn.settimeout(60)
+            first = self._read_request(conn)
+            headers = dict(line.split(": ", 1) for line in first.decode().split("\r\n")[1:] if ": " in line)
+            self._listener.close()  # the port is free: the squatter takes it before the proof goes out
+            self.squatter = Squatter(self.port)
+            answer = json.dumps({"status": "ok"}).encode()
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                         + str(len(answer)).encode() + b"\r\nX-Veritas-Proof: "
+                         + proof(token, headers["X-Veritas-Challenge"]).encode() + b"\r\n\r\n" + answer)
+            second = self._read_request(conn)  # on this connection, if the client keeps it
+            if second:
+                self.requests.append(second)
+                answer = json.dumps({"status": "ok", "agents": {}}).encode()
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                             b"Content-Length: " + str(len(answer)).encode() + b"\r\n\r\n" + answer)
+
+    def close(self) -> None:
+        self._thread.join(timeout=60)
+        if self.squatter is not None:
+            self.squatter.close()
+
+
+def test_the_token_goes_on_the_connection_that_proved_it_not_a_new_one(tmp_path: Path) -> None:
+    """A squatter that takes the port between the proof and the request (the daemon stopping in that instant)
+    gets nothing: the CLI sends its token on the connection whose server proved it holds it, never on a new
+    one. Before: the proof and the request were two connections, and the second one reached the squatter with
+    the token."""
+    from veritas_watch.client import DaemonEndpoint
+
+    token = "handover-token-" + os.urandom(16).hex()
+    handover = Handover(token)
+    try:
+        endpoint = DaemonEndpoint(f"http://127.0.0.1:{handover.port}", os.getpid(), tmp_path, token,
+                                  host="127.0.0.1", port=handover.port)
+        answer = endpoint.call("/status?agent=main")
+    finally:
+        handover.close()
+    assert handover.squatter is not None, "the stand-in never handed its port over"
+    assert handover.squatter.seen == [], handover.squatter.seen  # not even a connection with a request
+    assert answer == {"status": "ok", "agents": {}}
+    assert len(handover.requests) == 1 and handover.requests[0].startswith(b"GET /status?agent=main ")
+    assert f"Authorization: Bearer {token}".encode() in handover.requests[0]
+
+
+def test_a_weak_http_token_is_never_sent_not_even_its_key_id(tmp_path: Path) -> None:
+    """A token shorter than 32 characters: the CLI, reaching the daemon over TCP only, refuses to use it and
+    sends nothing at all (its key id would let a squatter guess it offline)."""
+    squatter = Squatter()
+    data = tmp_path / "data"
+    data.mkdir(mode=0o700)
+    config = tmp_path / "config.toml"
+    config.write_text('[http]\ntoken = "short-token-1234"\n')
+    (data / "daemon.json").write_text(json.dumps({"pid": os.getpid(), "host": "127.0.0.1", "port": squatter.port}))
+    env = {**os.environ, "VERITAS_WATCH_DATA_DIR": str(data), "VERITAS_WATCH_CONFIG": str(config)}
+    try:
+        out = subprocess.run([sys.executable, "-m", "veritas_watch.cli", "status"], env=env, capture_output=True,
+                             text=True, timeout=120)
+    finally:
+        squatter.close()
+    assert out.returncode == 1, (out.stdout, out.stderr)
+    assert "http.token is too weak to be sent there (at least 32 characters" in out.stderr, out.stderr
+    assert squatter.seen == []
+
+
 # -- TCP when configured ------------------------------------------------------------------------------
 
 ADMIN = "admin-token-for-tcp-0123456789abcdef"
@@ -357,9 +457,19 @@ def test_on_tcp_health_proves_each_token_the_daemon_holds_and_no_other(tmp_path:
         daemon.stop()
 
 
-def test_proof_costs_one_loopback_round_trip(tmp_path: Path) -> None:
-    """The figure (printed): a request over TCP with its proof against the same request without it."""
+def test_proof_costs_one_loopback_round_trip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The figure (printed): a request over TCP with its proof against the same request without it (the proof
+    is one more round trip on the same connection; both open one connection)."""
     from veritas_watch.client import DaemonEndpoint
+
+    proofs: list[int] = []
+    asked = DaemonEndpoint._proof
+
+    def counted(self: DaemonEndpoint, *args: Any, **kwargs: Any) -> Any:
+        proofs.append(1)
+        return asked(self, *args, **kwargs)
+
+    monkeypatch.setattr(DaemonEndpoint, "_proof", counted)
 
     write_agents(tmp_path / "state")
     daemon = DaemonProcess(tmp_path / "state", tmp_path / "data").start()
@@ -387,6 +497,6 @@ def test_proof_costs_one_loopback_round_trip(tmp_path: Path) -> None:
                  "tcp_with_proof_ms": timed(lambda: tcp.call("/status?agent=main")),
                  "socket_ms": timed(lambda: sock.call("/status?agent=main"))}
         print("proof cost:", json.dumps({k: round(v, 2) for k, v in costs.items()}))
-        assert costs["tcp_with_proof_ms"] > costs["tcp_without_proof_ms"]  # it does run
+        assert len(proofs) == rounds + 1  # it does run: each request with a proof (and the warm-up)
     finally:
         daemon.stop()

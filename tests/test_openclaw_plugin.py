@@ -54,7 +54,7 @@ from veritas_watch.client import UnixHTTPConnection
 pytestmark = pytest.mark.long  # minutes: started first (tests/conftest.py)
 
 PLUGIN = Path(__file__).resolve().parents[1] / "integrations" / "openclaw"
-TOKEN = "vw-plugin-test-token-7d2c"
+TOKEN = "vw-plugin-test-token-7d2c-0123456789abcdef"
 FACT = "Remember this: my sister Ingrid's birthday is on 14 March and she loves orchids."
 QUESTION = "When is Ingrid's birthday?"
 MARKERS = ("14 March", "orchids")  # what only main's memory holds

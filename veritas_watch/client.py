@@ -30,16 +30,19 @@ from veritas_watch.transport import (
     KEY_ID_HEADER,
     PROOF_HEADER,
     SOCKET_FILE,
+    WEAK_TOKEN_RULE,
     NotPrivate,
     check_private_dir,
     key_id,
     new_challenge,
     proven,
     socket_address,
+    weak_token,
 )
 
 SYSTEM_DATA_DIR = Path("/var/lib/veritas-watch")  # the system unit's StateDirectory=
 DAEMON_FILE = "daemon.json"
+HEALTH_BODY_MAX = 64 * 1024  # a /health answer is ~200 bytes; a proven server's is read up to this
 START_HINT = "start it (systemctl start veritas-watch, or systemctl --user start veritas-watch)"
 
 
@@ -66,6 +69,11 @@ class NotTheDaemon(OSError):
     def __init__(self, where: str) -> None:
         super().__init__(f"the server on {where} did not prove it holds the token; another process may be "
                          "listening there (nothing was sent to it)")
+
+
+class TokenTooWeak(OSError):
+    """The only token for a TCP-only daemon is too weak to send (`transport.weak_token`): nothing was sent. Not
+    "no daemon": one may run, and a command must not go on as if none did."""
 
 
 class UnixHTTPConnection(http.client.HTTPConnection):
@@ -105,10 +113,14 @@ class DaemonEndpoint:
 
     def _send(self, method: str, path: str, data: bytes | None, headers: dict[str, str],
               timeout: float) -> http.client.HTTPResponse:
-        conn = self._connection(timeout)
+        """One request on a connection of its own (closed with the response)."""
+        return self._exchange(self._connection(timeout), method, path, data, headers)
+
+    def _exchange(self, conn: http.client.HTTPConnection, method: str, path: str, data: bytes | None,
+                  headers: dict[str, str], *, keep_alive: bool = False) -> http.client.HTTPResponse:
         try:
-            conn.request(method, path, body=data, headers={"Connection": "close", **headers})
-            return conn.getresponse()  # the connection closes with the response (Connection: close)
+            conn.request(method, path, body=data, headers=headers if keep_alive else {"Connection": "close", **headers})
+            return conn.getresponse()  # without keep_alive the connection closes with the response
         except http.client.HTTPException as exc:  # not an OSError: a garbled answer is a failed request too
             conn.close()
             raise OSError(f"bad answer from {self.base}: {type(exc).__name__}: {exc}") from None
@@ -116,29 +128,50 @@ class DaemonEndpoint:
             conn.close()
             raise
 
-    def _proof(self, timeout: float) -> http.client.HTTPResponse:
-        """GET /health asking the server to prove it holds our token; NotTheDaemon unless it does."""
+    def _proof(self, conn: http.client.HTTPConnection, *, keep_alive: bool) -> http.client.HTTPResponse:
+        """GET /health on `conn` asking the server to prove it holds our token; NotTheDaemon unless it does
+        (its body unread: nothing is taken from a server that did not prove itself)."""
         challenge = new_challenge()
-        response = self._send("GET", "/health", None, {CHALLENGE_HEADER: challenge,
-                                                       KEY_ID_HEADER: key_id(self.token)}, timeout)
+        response = self._exchange(conn, "GET", "/health", None, {CHALLENGE_HEADER: challenge,
+                                                                  KEY_ID_HEADER: key_id(self.token)},
+                                  keep_alive=keep_alive)
         if not proven(self.token, challenge, response.getheader(PROOF_HEADER)):
             response.close()
+            conn.close()
             raise NotTheDaemon(f"{self.host}:{self.port}")
         return response
+
+    def _proven_request(self, path: str, method: str, data: bytes | None, headers: dict[str, str],
+                        timeout: float) -> http.client.HTTPResponse:
+        """Over TCP: the proof and then the request on ONE connection, so that the token goes to the process
+        that proved it holds it. A second connection, even a moment later, could reach a process that took the
+        port in between (the daemon stopped): the connection is never reopened (`auto_open`)."""
+        conn = self._connection(timeout)
+        if path == "/health":
+            return self._proof(conn, keep_alive=False)  # the proof is on the answer asked for: one request
+        proof_answer = self._proof(conn, keep_alive=True)
+        try:
+            body = proof_answer.read(HEALTH_BODY_MAX + 1)
+        except (OSError, http.client.HTTPException) as exc:
+            conn.close()
+            raise OSError(f"bad answer from {self.base}: {type(exc).__name__}: {exc}") from None
+        if len(body) > HEALTH_BODY_MAX or proof_answer.will_close:
+            conn.close()
+            raise OSError(f"{self.base} closed the connection after its proof (or answered more than /health "
+                          "says): nothing was sent; ask again")
+        conn.auto_open = 0  # http.client would reconnect silently: the request goes on this connection or not at all
+        headers = {**headers, "Authorization": f"Bearer {self.token}"}
+        return self._exchange(conn, method, path, data, headers)
 
     def open(self, path: str, body: dict[str, Any] | None = None, timeout: float = 60.0) -> http.client.HTTPResponse:
         """The raw response (to stream NDJSON); DaemonRefused on an error status."""
         headers = {"Content-Type": "application/json"}
-        response = None
+        data = json.dumps(body).encode() if body is not None else None
+        method = "POST" if data is not None else "GET"
         if self.socket is None:
-            if path == "/health":
-                response = self._proof(timeout)  # the proof is on the answer asked for: one request
-            else:
-                self._proof(timeout).close()
-                headers["Authorization"] = f"Bearer {self.token}"
-        if response is None:
-            data = json.dumps(body).encode() if body is not None else None
-            response = self._send("POST" if data is not None else "GET", path, data, headers, timeout)
+            response = self._proven_request(path, method, data, headers, timeout)
+        else:
+            response = self._send(method, path, data, headers, timeout)
         if response.status >= 400:
             try:
                 message = json.loads(response.read()).get("error", "")
@@ -201,7 +234,12 @@ def _ways(config: Config, path: Path, info: dict[str, Any], pid: int) -> list[Da
             token = read_local_token(data_dir) or config.http.token
         except (NotPrivate, OSError):
             token = config.http.token
-        if token:
+        if token and weak_token(token):
+            if not ways:  # its key id would let a squatter guess it offline: not even that is sent
+                raise TokenTooWeak(f"the daemon (pid {pid}) of {data_dir} can be reached only over TCP, and "
+                                   f"http.token is too weak to be sent there ({WEAK_TOKEN_RULE}; the daemon does "
+                                   "not accept it either): nothing was sent")
+        elif token:
             host, port = str(info["host"]), int(info["port"])
             where = f"[{host}]" if ":" in host else host
             ways.append(DaemonEndpoint(f"http://{where}:{port}", pid, data_dir, token, host=host, port=port))

@@ -104,6 +104,9 @@ class HttpConfig:
     token: str = ""  # bearer token for every agent; required to bind a non-loopback address
     # agent id -> bearer token: a caller with one reads and writes that agent only
     agent_tokens: dict[str, str] = field(default_factory=dict)
+    # bearer token for GET /metrics only (a Prometheus scraper: it cannot check the server's proof, so it must
+    # never hold a token that reads memory); nothing else accepts it
+    metrics_token: str = ""
     allow_all_agents: bool = False  # accepted, no effect any more: no caller is anonymous (logged at start)
     allowed_hosts: list[str] = field(default_factory=list)  # Host names accepted besides loopback and http.host
 
@@ -456,6 +459,9 @@ def _check_http(http: HttpConfig) -> None:
     """A non-loopback bind needs a token; loopback means every address the host resolves to is loopback."""
     from veritas_watch.http.access import resolves_to_loopback
 
+    others = {http.token, *http.agent_tokens.values()}
+    if http.metrics_token and http.metrics_token in others:
+        raise ConfigError("http.metrics_token: the same as another token (it must read /metrics only)")
     if http.tcp and not (http.token or http.agent_tokens) and not resolves_to_loopback(http.bind_host):
         raise ConfigError(f"http.host: {http.host!r} is not a loopback address (it must resolve to 127.0.0.0/8 or "
                           "::1 only); set http.token to allow it")

@@ -73,7 +73,7 @@ def run_doctor(config: Config, *, unit_paths: Sequence[Path] | None = None, load
     every other check still runs on it."""
     daemon = client.find(config)
     status = _daemon_status(daemon)
-    checks: list[Check] = [_config(config, config_error), *_state_dir(config), _paths(config),
+    checks: list[Check] = [_config(config, config_error), *_tokens(config), *_state_dir(config), _paths(config),
                            _transcript_dbs(config, status), _gaps(config, status), *_data_dir(config),
                            _inotify(config)]
     meta: tuple[str, int] | None = None
@@ -97,6 +97,18 @@ def _config(config: Config, error: str | None = None) -> Check:
                  f"api {config.data_dir / 'api.sock'}"
                  + (f" and http {config.http.bind_host}:{config.http.bind_port}" if config.http.tcp else "")
                  + (" (token set)" if config.http.token else ""))
+
+
+def _tokens(config: Config) -> Iterator[Check]:
+    """A configured token too weak for TCP: the daemon runs, but does not accept it there (a warning: the
+    socket, and every other token, work)."""
+    from veritas_watch.http.access import weak_token_keys
+    from veritas_watch.transport import WEAK_TOKEN_RULE
+
+    if weak := weak_token_keys(config.http):
+        yield Check("tokens", "warn", f"{', '.join(weak)}: too weak ({WEAK_TOKEN_RULE} needed), so the daemon does "
+                    "not accept it over TCP (the socket is unaffected)",
+                    "set a longer random token, e.g. `openssl rand -hex 32`")
 
 
 def _state_dir(config: Config) -> Iterator[Check]:

@@ -31,10 +31,24 @@ _KEY_ID_MESSAGE = b"veritas-watch key id"
 _PROOF_MESSAGE = b"veritas-watch server proof\n"
 CHALLENGE_MIN_HEX = 32
 CHALLENGE_MAX_HEX = 128
+# A TCP token this short (or this repetitive) is refused: a squatter that is sent its key id (before any proof)
+# can search for it offline, and the proof itself is an HMAC anyone may ask the daemon for. At 32 characters
+# and 8 distinct ones, a random token holds 128 bits or more (32 hex digits; the local token is 43 of base64).
+MIN_TOKEN_CHARS = 32
+MIN_TOKEN_DISTINCT = 8
+
+
+def weak_token(token: str) -> bool:
+    """Whether a bearer token is too weak to be used over TCP (its key id would let it be guessed offline)."""
+    return len(token) < MIN_TOKEN_CHARS or len(set(token)) < MIN_TOKEN_DISTINCT
+
+
+WEAK_TOKEN_RULE = f"at least {MIN_TOKEN_CHARS} characters, {MIN_TOKEN_DISTINCT} of them different"
 
 
 def key_id(token: str) -> str:
-    """Names a token without revealing it: which one the server must prove it holds."""
+    """Names a token without revealing it: which one the server must prove it holds. Derived from the token
+    (the client knows no other name for it); an oracle for a guess, so only a strong token is ever named."""
     return hmac.new(token.encode(), _KEY_ID_MESSAGE, hashlib.sha256).hexdigest()[:16]
 
 

@@ -13,6 +13,8 @@ What a request must show before any handler runs (`guard_middleware`):
    - `http.token`, or the daemon's local token (`<data_dir>/http.token`, mode 0600, what the CLI and
      the plugin use when they can read it): every agent;
    - a token of `http.agent_tokens`: that agent only;
+   - `http.metrics_token`: GET /metrics only (a scraper's: it cannot check the proof);
+   - a token shorter than `transport.MIN_TOKEN_CHARS`: none of these (logged once at start);
    - none or a wrong one: refused (401).
    `/health` proves the server holds a token before a client sends it (`transport.py`): asked with a
    challenge and a token's key id, it answers the HMAC of the challenge under that token.
@@ -33,7 +35,7 @@ import structlog
 from aiohttp import web
 
 from veritas_watch.openclaw import InvalidAgentId, canonical_agent_id
-from veritas_watch.transport import key_id, peer_allowed, peer_uid, proof, valid_challenge
+from veritas_watch.transport import key_id, peer_allowed, peer_uid, proof, valid_challenge, weak_token
 
 if TYPE_CHECKING:
     from veritas_watch.config import HttpConfig
@@ -42,6 +44,7 @@ log = structlog.get_logger()
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.", "ip6-localhost", "ip6-loopback"})
 SAFE_FETCH_SITES = frozenset({"same-origin", "none"})
 OPEN_PATHS = frozenset({"/health"})  # answered to anyone who passes the browser checks
+METRICS_TOKEN_PATHS = frozenset({"/metrics", *OPEN_PATHS})  # all that http.metrics_token opens
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +54,7 @@ class Access:
     all_agents: bool
     agent: str | None = None  # set for a per-agent token: this agent only
     anonymous: bool = False  # no token (on TCP: /health only)
+    metrics_only: bool = False  # http.metrics_token: /metrics (and /health) only
 
     def allows(self, agent_id: str | None) -> bool:
         if self.all_agents:
@@ -184,13 +188,26 @@ def _json_content_type(request: web.Request) -> bool:
 
 # -- tokens ---------------------------------------------------------------------------------------
 
+def weak_token_keys(http: HttpConfig) -> list[str]:
+    """The config keys whose token is too weak for TCP (`transport.weak_token`): never accepted, never proved."""
+    named = [("http.token", http.token), ("http.metrics_token", http.metrics_token),
+             *((f"http.agent_tokens.{agent}", token) for agent, token in http.agent_tokens.items())]
+    return [key for key, token in named if token and weak_token(token)]
+
+
+def _strong(token: str) -> bool:
+    return bool(token) and not weak_token(token)
+
+
 class Tokens:
-    """The configured tokens and the local one, compared in constant time."""
+    """The configured tokens and the local one, compared in constant time; a weak one is left out."""
 
     def __init__(self, http: HttpConfig, local_token: str) -> None:
-        self.admin = [t.encode() for t in (http.token, local_token) if t]
-        self.per_agent = [(agent, token.encode()) for agent, token in http.agent_tokens.items() if token]
-        every = [t for t in (http.token, local_token, *http.agent_tokens.values()) if t]
+        self.admin = [t.encode() for t in (http.token, local_token) if _strong(t)]
+        self.per_agent = [(agent, token.encode()) for agent, token in http.agent_tokens.items() if _strong(token)]
+        self.metrics = http.metrics_token.encode() if _strong(http.metrics_token) else b""
+        # The metrics token is never proved: its scraper does not ask (and a proof is an HMAC to guess against).
+        every = [t for t in (http.token, local_token, *http.agent_tokens.values()) if _strong(t)]
         self.by_key_id = {key_id(t): t for t in every}
 
     def access(self, authorization: str) -> Access | None:
@@ -204,10 +221,13 @@ class Tokens:
         for name, token in self.per_agent:  # every token compared: the time says nothing about which matched
             if hmac.compare_digest(supplied, token):
                 agent = agent or name
+        metrics = bool(self.metrics) and hmac.compare_digest(supplied, self.metrics)
         if admin:
             return Access(all_agents=True)
         if agent is not None:
             return Access(all_agents=False, agent=agent)
+        if metrics:
+            return Access(all_agents=False, metrics_only=True)
         return None
 
     def proof(self, key: str | None, challenge: str | None) -> str | None:
@@ -266,6 +286,8 @@ def check_request(request: web.Request, http: HttpConfig, tokens: Tokens, port: 
         if request.path in OPEN_PATHS:
             return Access(all_agents=False, anonymous=True)
         raise _refusal(web.HTTPUnauthorized, "bad_token", "missing or wrong bearer token")
+    if access.metrics_only and request.path not in METRICS_TOKEN_PATHS:
+        raise _refusal(web.HTTPForbidden, "metrics_token_elsewhere", "http.metrics_token is for GET /metrics only")
     return access
 
 

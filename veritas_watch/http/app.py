@@ -22,7 +22,15 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from aiohttp import web
 
-from veritas_watch.http.access import Tokens, agent_param, bound_to_loopback, make_guard, refused, request_access
+from veritas_watch.http.access import (
+    Tokens,
+    agent_param,
+    bound_to_loopback,
+    make_guard,
+    refused,
+    request_access,
+    weak_token_keys,
+)
 from veritas_watch.http.memory import add_memory_routes
 from veritas_watch.http.requests import GATE_KEY, BadRequest, Gate, json_answer, served_of
 from veritas_watch.http.selftest import cleanup_handler
@@ -34,6 +42,7 @@ from veritas_watch.transport import (
     KEY_ID_HEADER,
     PROOF_HEADER,
     SOCKET_FILE,
+    WEAK_TOKEN_RULE,
     NotPrivate,
     check_private_dir,
     socket_address,
@@ -91,7 +100,8 @@ async def policy_middleware(request: web.Request, handler: Any) -> web.StreamRes
                                             text=json.dumps({"error": f"body over {MAX_BODY_BYTES} bytes"}))
     access = request_access(request)
     if request.path == "/metrics" and access.agent is not None:
-        raise refused(web.HTTPForbidden, "/metrics is for the operator's token (http.token), not an agent's",
+        raise refused(web.HTTPForbidden, "/metrics is for the operator's token (http.token or http.metrics_token), "
+                      "not an agent's",
                       reason="metrics_not_for_agent_token")
     if request.path == "/selftest/cleanup":
         access.require(SELFTEST_AGENT)
@@ -309,6 +319,10 @@ async def start_http(config: Config) -> HttpApi:
     if http.allow_all_agents:
         log.warning("http_setting_ignored", key="http.allow_all_agents",
                     reason="no caller is anonymous any more: the socket is the operator's, TCP needs a token")
+    if weak := weak_token_keys(http):  # the daemon goes on: the socket needs no token, and TCP the others
+        log.warning("http_token_too_weak", keys=weak, rule=WEAK_TOKEN_RULE,
+                    effect="not accepted over TCP (nor proved on /health); the socket is unaffected",
+                    fix="set a longer random token, e.g. `openssl rand -hex 32`")
     gate = Gate()
     # An idle connection is closed after 30 s (aiohttp keeps one an hour): connections are file descriptors.
     runner = web.AppRunner(make_app(config, local_token(config.data_dir), gate), access_log=None,

@@ -4,7 +4,7 @@
 // act on.
 
 import { tokenFor } from "./config.js";
-import { exchange, findSocket, localToken, requireProof, TransportError } from "./transport.js";
+import { DaemonFinder, exchange, proofAgent, requireProof, TransportError } from "./transport.js";
 
 /** Failures of the daemon as a whole: the plugin reports them once per outage. */
 export const OUTAGE_KINDS = new Set(["unreachable", "timeout", "unavailable", "bad_answer"]);
@@ -43,18 +43,17 @@ export class VeritasClient {
   /** config: the resolved settings (url or socket/dataDir, tokens, timeoutMs); env and home for tests. */
   constructor(config, { env = process.env, home } = {}) {
     this.config = config;
-    this.env = env;
-    this.home = home;
+    this.finder = new DaemonFinder(config, env, home); // the socket and the local token, found once while valid
   }
 
   /** Where this agent's call goes: `{target, where, token}`; throws TransportError. */
   route(agentId) {
     const { url, origin } = this.config;
     if (!url) {
-      const socket = findSocket(this.config, this.env, this.home);
+      const socket = this.finder.findSocket();
       return { target: { socket }, where: `${socket.dir}/${socket.name}`, token: "" };
     }
-    const token = tokenFor(this.config, agentId) || localToken(this.config, this.env, this.home);
+    const token = tokenFor(this.config, agentId) || this.finder.localToken();
     if (!token) {
       throw new TransportError("auth", `no token for ${origin}: set token (or agentTokens), or let the plugin ` +
         "read the daemon's http.token (dataDir)");
@@ -78,17 +77,24 @@ export class VeritasClient {
         const route = this.route(agentId);
         where = route.where;
         const headers = { "Content-Type": "application/json", Accept: "application/json" };
-        if (route.token) {
-          await requireProof(route.target.url, route.token, { signal: combined, origin: where });
-          headers.Authorization = `Bearer ${route.token}`;
+        // Over TCP the proof and the request share one connection: the token goes to the process that proved it.
+        const agent = route.token ? proofAgent(route.target.url) : undefined;
+        try {
+          if (route.token) {
+            await requireProof(route.target.url, route.token, { signal: combined, origin: where, agent });
+            headers.Authorization = `Bearer ${route.token}`;
+          }
+          response = await exchange(route.target, {
+            method: "POST",
+            path,
+            headers,
+            body: JSON.stringify({ ...body, agent_id: agentId }),
+            signal: combined,
+            agent,
+          });
+        } finally {
+          agent?.destroy();
         }
-        response = await exchange(route.target, {
-          method: "POST",
-          path,
-          headers,
-          body: JSON.stringify({ ...body, agent_id: agentId }),
-          signal: combined,
-        });
         text = response.text;
         break;
       } catch (error) {

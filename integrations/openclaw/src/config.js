@@ -5,6 +5,8 @@
 // Where the daemon is: with nothing set, its Unix socket `api.sock`, found in the first data dir that has
 // one (transport.js); `socket` or `dataDir` name it. `url` (TCP) only when set, with a token.
 
+import { WEAK_TOKEN_RULE, weakToken } from "./transport.js";
+
 export const DEFAULTS = Object.freeze({
   url: "",
   socket: "",
@@ -90,6 +92,12 @@ export function resolveConfig(raw) {
     .filter(([, value]) => /^\$\{[A-Z_][A-Z0-9_]*\}$/.test(value));
   for (const [name, value] of unresolved) {
     problems.push(`${name} is ${value}, an environment variable the gateway does not have`);
+  }
+  const weak = [["token", token], ...Object.entries(agentTokens).map(([a, t]) => [`agentTokens.${a}`, t])]
+    .filter(([, value]) => value && !unresolved.some(([, v]) => v === value) && weakToken(value));
+  for (const [name] of weak) {
+    problems.push(`${name} is too weak to send over TCP (${WEAK_TOKEN_RULE}): the daemon does not accept it, ` +
+      "and the plugin never sends it");
   }
   if (parsed && parsed.protocol === "http:" && !isLoopback(parsed.hostname)) {
     problems.push(`tokens are sent unencrypted to ${parsed.host}: use https or a loopback address`);

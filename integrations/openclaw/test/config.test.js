@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import { DEFAULTS, resolveConfig, tokenFor } from "../src/config.js";
+import { strong } from "./helpers.js";
 
 test("defaults: the daemon's socket (found by itself), auto-recall on", () => {
   const { config, problems } = resolveConfig(undefined);
@@ -44,15 +45,16 @@ test("an agent's own token wins over the shared one; others get the shared one",
 });
 
 test("a token sent in clear to another host is a problem; to loopback it is not", () => {
-  assert.equal(resolveConfig({ url: "http://10.0.0.5:17761", token: "t" }).problems.length, 1);
+  assert.equal(resolveConfig({ url: "http://10.0.0.5:17761", token: strong("t") }).problems.length, 1);
   assert.equal(resolveConfig({ url: "http://10.0.0.5:17761" }).problems.length, 1); // the local token would go
-  assert.equal(resolveConfig({ url: "https://10.0.0.5:17761", token: "t" }).problems.length, 0);
-  assert.equal(resolveConfig({ url: "http://localhost:17761", token: "t" }).problems.length, 0);
-  assert.equal(resolveConfig({ url: "http://[::1]:17761", token: "t" }).problems.length, 0);
+  assert.equal(resolveConfig({ url: "https://10.0.0.5:17761", token: strong("t") }).problems.length, 0);
+  assert.equal(resolveConfig({ url: "http://localhost:17761", token: strong("t") }).problems.length, 0);
+  assert.equal(resolveConfig({ url: "http://[::1]:17761", token: strong("t") }).problems.length, 0);
 });
 
 test("a token left as an unresolved ${VAR} is said (by name: the variable, not a value)", () => {
-  const { problems } = resolveConfig({ token: "${VERITAS_WATCH_TOKEN}", agentTokens: { ops: "${OPS_TOKEN}", main: "x" } });
+  const { problems } = resolveConfig({ token: "${VERITAS_WATCH_TOKEN}",
+    agentTokens: { ops: "${OPS_TOKEN}", main: strong("x") } });
   assert.deepEqual(problems, [
     "token is ${VERITAS_WATCH_TOKEN}, an environment variable the gateway does not have",
     "agentTokens.ops is ${OPS_TOKEN}, an environment variable the gateway does not have",

@@ -1,12 +1,19 @@
 // A stand-in daemon (real HTTP, node:http) on 127.0.0.1 or on a Unix socket, that records what the plugin
 // sent and, asked on /health, proves it holds its tokens as the daemon does; and a stand-in OpenClaw plugin
 // api that records what the plugin registered and logged.
+import assert from "node:assert/strict";
 import { closeSync, mkdirSync, mkdtempSync, openSync } from "node:fs";
 import http from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
+import { MemoryError } from "../src/client.js";
 import { keyId, serverProof } from "../src/transport.js";
+
+/** A token strong enough to be sent over TCP (32+ characters, 8+ different), told apart by its `name` prefix. */
+export function strong(name) {
+  return `${name}-0123456789abcdefghijklmnopqrstuv`;
+}
 
 /** A fresh directory as the daemon makes its data dir: this user's, mode 0700. */
 export function privateDir(prefix = "vw-plugin-") {
@@ -23,10 +30,11 @@ export function homeWithDataDir() {
 
 /**
  * handler(record) -> answer; `tokens`: what it can prove it holds on /health (none: a squatter);
- * `socketDir`: listen on `<socketDir>/api.sock` instead of TCP. `requests` holds every request but the
- * /health proofs, `seen` every request in order.
+ * `socketDir`: listen on `<socketDir>/api.sock` instead of TCP; `port`: this TCP port (0: any free one);
+ * `healthBody`: what /health answers. `requests` holds every request but the /health proofs, `seen` every
+ * request in order.
  */
-export async function fakeDaemon(handler, { tokens = [], socketDir } = {}) {
+export async function fakeDaemon(handler, { tokens = [], socketDir, port = 0, healthBody } = {}) {
   const requests = [];
   const seen = [];
   const server = http.createServer(async (req, res) => {
@@ -46,7 +54,7 @@ export async function fakeDaemon(handler, { tokens = [], socketDir } = {}) {
       const headers = { "content-type": "application/json" };
       if (token && challenge) headers["x-veritas-proof"] = serverProof(token, challenge);
       res.writeHead(200, headers);
-      res.end(JSON.stringify({ status: "ok" }));
+      res.end(healthBody ?? JSON.stringify({ status: "ok" }));
       return;
     }
     requests.push(record);
@@ -73,7 +81,7 @@ export async function fakeDaemon(handler, { tokens = [], socketDir } = {}) {
     dirFd = openSync(socketDir, "r");
     listenAt = `/proc/self/fd/${dirFd}/api.sock`;
   }
-  await new Promise((resolve) => (where ? server.listen(listenAt, resolve) : server.listen(0, "127.0.0.1", resolve)));
+  await new Promise((resolve) => (where ? server.listen(listenAt, resolve) : server.listen(port, "127.0.0.1", resolve)));
   if (dirFd !== undefined) closeSync(dirFd);
   const url = where ? undefined : `http://127.0.0.1:${server.address().port}`;
   return {
@@ -87,6 +95,17 @@ export async function fakeDaemon(handler, { tokens = [], socketDir } = {}) {
       await new Promise((resolve) => server.close(resolve));
     },
   };
+}
+
+/** The MemoryError a call fails with (an assertion error if it does not fail, or fails otherwise). */
+export async function failure(promise) {
+  try {
+    await promise;
+  } catch (error) {
+    assert.ok(error instanceof MemoryError, `not a MemoryError: ${error}`);
+    return error;
+  }
+  assert.fail("the call did not fail");
 }
 
 /** A port nothing listens on (bound, then released). */
