@@ -37,7 +37,8 @@ from veritas_watch.features.gaps import (
     state_time,
     validate_hook_template,
 )
-from veritas_watch.openclaw import is_valid_session_id, session_transcript_name, short_repr
+from veritas_watch.log import echoed
+from veritas_watch.openclaw import InvalidAgentId, canonical_agent_id, is_valid_session_id, session_transcript_name
 
 TOKYO = ZoneInfo("Asia/Tokyo")
 ENDED = datetime(2026, 3, 17, 10, 0, 35, 123000, tzinfo=UTC)
@@ -512,20 +513,21 @@ async def test_hostile_values_never_reach_the_hook(
     tmp_path: Path, store: GapStore, hook_script: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A hostile session id, transcript name or agent id: the gap is recorded, the hook is not run for it
-    (not retried either), and one gap_hook_refused line names the field, the value shown as a short repr."""
+    (not retried either), and one gap_hook_refused line names the field, the value shown as `log.echoed` shows
+    it: a repr when short (16 characters at most, redacted), else only its length."""
     monkeypatch.chdir(tmp_path)
     workspace = tmp_path / "workspace"
     workspace.mkdir()
     calls = tmp_path / "calls.jsonl"
     detector = make_detector(store, hook_argv(hook_script, calls, "ok"))
     cases = [(field, value) for value in MALICIOUS for field in ("session_id", "transcript", "agent")]
-    shown: list[str] = []  # the refused value, as the log line may show it (a short repr)
+    shown: list[str] = []  # the refused value, as the log line may show it (`log.echoed`)
     with structlog.testing.capture_logs() as logs:
         for index, (field, value) in enumerate(cases):
             values = {"agent": "main", "session_id": f"s-{index}", "transcript": transcript(f"s-{index}")}
             values[field] = (f"/state/agents/main/sessions/{value}.jsonl.reset.2026-03-17T10-05-35.123Z"
                              if field == "transcript" else value)
-            shown.append(short_repr(values[field]))
+            shown.append(echoed(values[field]))
             assert await detector.session_ended(values["agent"], values["session_id"], values["transcript"],
                                                 ENDED + timedelta(seconds=index), workspace) is not None
             await detector.wait_hooks()
@@ -538,6 +540,30 @@ async def test_hostile_values_never_reach_the_hook(
     assert all(e["log_level"] == "warning" and "session" not in e for e in refused if e["field"] != "transcript")
     assert {g.last_hook_status for g in store.open_gaps()} == {"refused"} and len(store.open_gaps()) == len(cases)
     assert not list(tmp_path.rglob("PWNED*"))
+
+
+async def test_a_refused_value_is_echoed_by_one_policy_short_and_redacted(
+    tmp_path: Path, store: GapStore, hook_script: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A refused hook value is shown as an agent-id error shows one (`log.echoed`): a repr up to 16 characters,
+    else its length only. Before, the hook's line showed 40 characters of it: most of a key pasted there."""
+    monkeypatch.chdir(tmp_path)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    key = "Zq8Wv3Lm9Tx2Rb7Nc4Hk6Pd1Sf5Gj0Ya" + "Ue3Io8"  # key-shaped: 38 characters of no cue
+    detector = make_detector(store, hook_argv(hook_script, tmp_path / "calls.jsonl", "ok"))
+    with structlog.testing.capture_logs() as logs:
+        for index, session in enumerate((f"{key} x", "a\x1b[2Jb")):
+            assert await detector.session_ended("main", session, transcript(f"s-{index}"),
+                                                ENDED + timedelta(seconds=index), workspace) is not None
+            await detector.wait_hooks()
+    reasons = [e["reason"] for e in events(logs, "gap_hook_refused")]
+    with pytest.raises(InvalidAgentId) as agent_error:
+        canonical_agent_id(f"{key} x")
+    assert reasons[0].startswith("a string of 40 characters: ")
+    assert "a string of 40 characters" in str(agent_error.value)
+    assert all(key[i:i + 8] not in reasons[0] for i in range(len(key) - 7))
+    assert reasons[1].startswith("'a\\x1b[2Jb': ")  # short: shown, its escape escaped
 
 
 placeholder_values = st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"), max_size=40)

@@ -37,6 +37,20 @@ def _redacted(text: str, key: bytes) -> str:
     return redact(text, key).text
 
 
+ECHO_MAX_CHARS = 16  # a refused value longer than this is described, never shown (not even a cut of it)
+
+
+def echoed(value: object) -> str:
+    """A refused value (an agent id, a session id, a hook's placeholder value) as an error or a log line may
+    show it: the repr (control characters escaped) of its redacted form when it is short, else only what it
+    is. A long one may be a key pasted in the wrong place, and any cut of a key is a piece of it."""
+    if not isinstance(value, str):
+        return f"a {type(value).__name__}"
+    if len(value) > ECHO_MAX_CHARS:
+        return f"a string of {len(value)} characters"
+    return repr(_redacted(value, _redact_key))
+
+
 def _clean(value: Any, depth: int = 0) -> Any:
     if isinstance(value, str):
         return _redacted(value, _redact_key) if len(value) < 100_000 else _redacted(value[:100_000], _redact_key)

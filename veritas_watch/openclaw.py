@@ -20,6 +20,8 @@ from typing import Any, Literal, Protocol
 
 import json5
 
+from veritas_watch.log import echoed
+
 # An agent's directory name as OpenClaw writes it: `normalizeAgentId`'s output for a valid id
 # (`agents/<id>/`, `paths-*.mjs` `resolveAgentSessionsDir`): lower case, `[a-z0-9][a-z0-9_-]{0,63}`.
 # An agent id as OpenClaw leaves it after `normalizeAgentId`: the names of its `agents/<id>/` dirs. Never a
@@ -160,11 +162,7 @@ def canonical_agent_id(value: object) -> str:
         return _trim(value)
     if not is_valid_agent_id(value):
         # Echoed only when short: a caller may have pasted a key where the id goes (answers and logs hold no secret).
-        if isinstance(value, str):
-            shown = repr(value) if len(value) <= 16 else f"a string of {len(value)} characters"
-        else:
-            shown = f"a {type(value).__name__}"
-        raise InvalidAgentId(f"not an OpenClaw agent id: {shown} (allowed: a letter or digit, then up to 63 "
+        raise InvalidAgentId(f"not an OpenClaw agent id: {echoed(value)} (allowed: a letter or digit, then up to 63 "
                              "letters, digits, '_' or '-')")
     return _trim(value).lower()
 
@@ -197,7 +195,7 @@ def validate_session_id(value: object) -> str:
     UTF-8 bytes and not a compaction checkpoint's name. So: one path component, never starting with `-` or `.`,
     no space, quote, `$`, `;`, `/` or control character. Unicode classes are this Python's `unicodedata`
     (a letter OpenClaw's newer tables know and Python does not is refused: stricter, never looser).
-    Raises InvalidSessionId, echoing the value only as a short repr."""
+    Raises InvalidSessionId, echoing the value only as `log.echoed` shows one."""
     trimmed = _trim(value)
     ok = (isinstance(value, str) and 0 < len(trimmed) <= _SESSION_ID_MAX_CHARS
           and unicodedata.normalize("NFC", trimmed) == trimmed
@@ -206,8 +204,7 @@ def validate_session_id(value: object) -> str:
           and len(f"{trimmed}.jsonl".encode()) <= 255
           and not _CHECKPOINT_TRANSCRIPT.fullmatch(f"{trimmed}.jsonl"))
     if not ok:
-        shown = short_repr(value) if isinstance(value, str) else f"a {type(value).__name__}"
-        raise InvalidSessionId(f"not an OpenClaw session id: {shown}")
+        raise InvalidSessionId(f"not an OpenClaw session id: {echoed(value)}")
     return trimmed
 
 
@@ -216,11 +213,6 @@ def is_valid_session_id(value: object) -> bool:
         return validate_session_id(value) == value  # as OpenClaw names it: no surrounding space either
     except InvalidSessionId:
         return False
-
-
-def short_repr(value: str, limit: int = 40) -> str:
-    """A value that may be hostile, shown in a log or an error: repr (escapes control characters), cut."""
-    return repr(value) if len(value) <= limit else repr(value[:limit]) + f"... ({len(value)} characters)"
 
 
 def session_transcript_name(name: str) -> str | None:

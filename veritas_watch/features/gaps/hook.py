@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from veritas_watch.log import echoed
 from veritas_watch.openclaw import (
     InvalidAgentId,
     canonical_agent_id,
     is_valid_session_id,
     session_transcript_name,
-    short_repr,
 )
 
 OUTPUT_TAIL_CHARS = 500
@@ -201,7 +201,7 @@ class HookPlaces:
 @dataclass(frozen=True, slots=True)
 class HookRefusal:
     field: str  # the placeholder whose value was refused
-    reason: str  # why, with the value shown only as a short repr
+    reason: str  # why, with the value shown only as `log.echoed` shows one (short, redacted)
 
 
 def _transcript_refusal(value: str, places: HookPlaces | None) -> str | None:
@@ -233,7 +233,7 @@ def refuse_hook_values(values: Mapping[str, str], places: HookPlaces | None = No
     ISO 8601 form we write). None of those can start with `-` (an option to the hook): checked last anyway."""
 
     def refusal(name: str, reason: str) -> HookRefusal:
-        return HookRefusal(name, f"{short_repr(values[name])}: {reason}")
+        return HookRefusal(name, f"{echoed(values[name])}: {reason}")
 
     agent = values["agent"]
     try:
