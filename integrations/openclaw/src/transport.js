@@ -91,11 +91,10 @@ export function findSocket(config, env = process.env, home = homedir()) {
     "ENOENT");
 }
 
-/** The daemon's local token, from the first candidate data dir that is trusted and has a readable one. */
-export function localToken(config, env = process.env, home = homedir()) {
-  return findLocalToken(config, env, home)?.token ?? "";
-}
-
+/**
+ * The daemon's local token (`{token, path, id}`), from the first candidate data dir that is trusted and has a
+ * readable one; undefined if none has.
+ */
 function findLocalToken(config, env, home) {
   for (const dir of dataDirCandidates(config, env, home)) {
     if (untrustedBecause(dir)) continue;
@@ -127,8 +126,8 @@ function identity(path) {
 }
 
 /**
- * findSocket and localToken, remembered: what was found is used again while the file is the one found (one
- * lstat instead of a search of every data dir, a directory check and a read); anything else, searched again.
+ * The daemon's socket and local token, remembered: what was found is used again while the file is the one
+ * found (one lstat instead of a search of every data dir, a directory check and a read); else searched again.
  */
 export class DaemonFinder {
   constructor(config, env = process.env, home = homedir()) {
