@@ -37,3 +37,10 @@ def _loaded(tmp_path: Path, *args: str) -> list[str]:
 def test_help_loads_no_daemon_library_nor_the_installer(tmp_path: Path) -> None:
     assert _loaded(tmp_path, "--help") == []
     assert _loaded(tmp_path, "service", "--help") == []  # its arguments are the parser's; its code runs when asked
+
+
+def test_status_without_a_daemon_loads_no_daemon_library(tmp_path: Path) -> None:
+    """The config is checked on every command; its HTTP check needs the server's library only for a TCP bind
+    without a token (whether the host resolves to loopback)."""
+    assert _loaded(tmp_path, "status") == []
+    assert _loaded(tmp_path, "status", "--json") == []

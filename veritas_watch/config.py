@@ -457,11 +457,14 @@ def _build_config(raw: dict[str, Any], file: Path | None, env: Mapping[str, str]
 
 def _check_http(http: HttpConfig) -> None:
     """A non-loopback bind needs a token; loopback means every address the host resolves to is loopback."""
-    from veritas_watch.http.access import resolves_to_loopback
-
     others = {http.token, *http.agent_tokens.values()}
     if http.metrics_token and http.metrics_token in others:
         raise ConfigError("http.metrics_token: the same as another token (it must read /metrics only)")
-    if http.tcp and not (http.token or http.agent_tokens) and not resolves_to_loopback(http.bind_host):
+    if not http.tcp or http.token or http.agent_tokens:
+        return
+    # Imported only here: it brings aiohttp (~0.2 s), which every CLI command reading the config paid for.
+    from veritas_watch.http.access import resolves_to_loopback
+
+    if not resolves_to_loopback(http.bind_host):
         raise ConfigError(f"http.host: {http.host!r} is not a loopback address (it must resolve to 127.0.0.0/8 or "
                           "::1 only); set http.token to allow it")
