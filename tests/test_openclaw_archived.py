@@ -21,11 +21,11 @@ from typing import Any
 
 import pytest
 
-from tests.daemon_harness import DaemonProcess
 from tests.mock_model import Plan
-from tests.openclaw_harness import OpenClawGateway, install_or_skip, running_gateway
+from tests.openclaw_harness import OpenClawGateway
+from tests.test_openclaw_backup_restore import stale_main
 from tests.test_openclaw_cold_storage import World, say
-from tests.test_openclaw_real import STALE_STATE, restarted, wait_settled
+from tests.test_openclaw_real import restarted, wait_settled
 
 pytestmark = pytest.mark.long  # a minute: started first (tests/conftest.py)
 
@@ -63,47 +63,38 @@ def on_disk(gw: OpenClawGateway, key: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    openclaw = install_or_skip()
-    root = tmp_path_factory.mktemp("openclaw-archived")
-    with running_gateway(openclaw, root, {"main": {"name": "Main"}}) as gw:
-        gw.workspace("main").mkdir(parents=True, exist_ok=True)
-        (gw.workspace("main") / "STATE.md").write_text(STALE_STATE)
-        daemon = DaemonProcess(gw.state_dir, root / "vw-data", {"HOME": str(gw.home)})
+    with stale_main(tmp_path_factory, "openclaw-archived") as (gw, daemon):
         w = World(gw, daemon)
-        try:
-            say(gw, GARDEN_BEFORE, GARDEN)
-            w.notes["garden_before"] = on_disk(gw, GARDEN)
-            archive(gw, GARDEN, True)
-            w.notes["garden_archived"] = on_disk(gw, GARDEN)
-            gw.model.plan(REFUSED, Plan(reply="It is."))
-            w.notes["refused"] = gw.run("agent", "--agent", "main", "--message", REFUSED, "--session-key", GARDEN,
-                                        "--json", check=False)
-            say(gw, MAIN)
-            daemon.start()  # its first run: the garden session is archived already
-            wait_settled(gw, daemon)
-            say(gw, BOAT_TURN, BOAT)
-            wait_settled(gw, daemon)
-            archive(gw, BOAT, True)
-            wait_settled(gw, daemon)
-            w.notes["ended_while_archived"] = daemon.events("conversation_ended")
-            # OpenClaw's own memory, asked to index again from scratch, with both sessions archived
-            gw.run("memory", "index", "--agent", "main", "--force")
-            w.notes["indexed"] = {str(p) for (p,) in gw.query("main", "SELECT path FROM memory_index_sources"
-                                                                      " WHERE source = 'sessions'")}
-            w.notes["boat_sid"] = session_id(gw, BOAT)
-            archive(gw, GARDEN, False)
-            w.notes["garden_restored"] = on_disk(gw, GARDEN)
-            say(gw, GARDEN_AFTER, GARDEN)
-            gw.agent("main", "/new", session_key=GARDEN)
-            wait_settled(gw, daemon)
-            w.notes["export"] = daemon.export()
-            w.notes["gaps"] = daemon.events("gap_detected")
-            w.notes["gaps_after_restart"] = restarted(gw, daemon)
-            w.notes["export_after_restart"] = daemon.export()
-            yield w
-        finally:
-            if daemon.running:
-                daemon.stop()
+        say(gw, GARDEN_BEFORE, GARDEN)
+        w.notes["garden_before"] = on_disk(gw, GARDEN)
+        archive(gw, GARDEN, True)
+        w.notes["garden_archived"] = on_disk(gw, GARDEN)
+        gw.model.plan(REFUSED, Plan(reply="It is."))
+        w.notes["refused"] = gw.run("agent", "--agent", "main", "--message", REFUSED, "--session-key", GARDEN,
+                                    "--json", check=False)
+        say(gw, MAIN)
+        daemon.start()  # its first run: the garden session is archived already
+        wait_settled(gw, daemon)
+        say(gw, BOAT_TURN, BOAT)
+        wait_settled(gw, daemon)
+        archive(gw, BOAT, True)
+        wait_settled(gw, daemon)
+        w.notes["ended_while_archived"] = daemon.events("conversation_ended")
+        # OpenClaw's own memory, asked to index again from scratch, with both sessions archived
+        gw.run("memory", "index", "--agent", "main", "--force")
+        w.notes["indexed"] = {str(p) for (p,) in gw.query("main", "SELECT path FROM memory_index_sources"
+                                                                  " WHERE source = 'sessions'")}
+        w.notes["boat_sid"] = session_id(gw, BOAT)
+        archive(gw, GARDEN, False)
+        w.notes["garden_restored"] = on_disk(gw, GARDEN)
+        say(gw, GARDEN_AFTER, GARDEN)
+        gw.agent("main", "/new", session_key=GARDEN)
+        wait_settled(gw, daemon)
+        w.notes["export"] = daemon.export()
+        w.notes["gaps"] = daemon.events("gap_detected")
+        w.notes["gaps_after_restart"] = restarted(gw, daemon)
+        w.notes["export_after_restart"] = daemon.export()
+        yield w
 
 
 def stored(export: list[dict[str, Any]]) -> list[str]:

@@ -15,6 +15,7 @@ Skipped, with the reason, only where the npm registry cannot be reached (and `CI
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +49,22 @@ def say(gw: OpenClawGateway, turn: tuple[str, str]) -> None:
     assert turn[1] in gw.agent("main", turn[0]).reply
 
 
+@contextlib.contextmanager
+def stale_main(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[tuple[OpenClawGateway, DaemonProcess]]:
+    """The real gateway with one agent, main, whose STATE.md is stale (every conversation end is a gap), and a
+    veritas-watch daemon for it, not started yet (stopped at the end if it runs)."""
+    root = tmp_path_factory.mktemp(name)
+    with running_gateway(install_or_skip(), root, {"main": {"name": "Main"}}) as gw:
+        gw.workspace("main").mkdir(parents=True, exist_ok=True)
+        (gw.workspace("main") / "STATE.md").write_text(STALE_STATE)
+        daemon = DaemonProcess(gw.state_dir, root / "vw-data", {"HOME": str(gw.home)})
+        try:
+            yield gw, daemon
+        finally:
+            if daemon.running:
+                daemon.stop()
+
+
 def restore(gw: OpenClawGateway, snapshot_repo: Path) -> None:
     """The snapshot put in place of main's live database, the gateway stopped meanwhile."""
     gw.stop()
@@ -63,35 +80,26 @@ def restore(gw: OpenClawGateway, snapshot_repo: Path) -> None:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    openclaw = install_or_skip()
-    root = tmp_path_factory.mktemp("openclaw-restore")
-    with running_gateway(openclaw, root, {"main": {"name": "Main"}}) as gw:
-        gw.workspace("main").mkdir(parents=True, exist_ok=True)
-        (gw.workspace("main") / "STATE.md").write_text(STALE_STATE)
-        daemon = DaemonProcess(gw.state_dir, root / "vw-data", {"HOME": str(gw.home)}).start()
-        w = World(gw, daemon)
-        try:
-            say(gw, BACKED_UP)
-            repo = root / "backups"
-            gw.run("backup", "sqlite", "create", "--agent", "main", "--repository", str(repo), "--json")
-            say(gw, LOST[0])
-            gw.agent("main", "/new")
-            say(gw, LOST[1])
-            wait_settled(gw, daemon)
-            w.rows_before_restore = gw.transcript_rows("main")
-            restore(gw, repo)
-            say(gw, AFTER_RESTORE)
-            gw.agent("main", "/new")
-            wait_settled(gw, daemon)
-            w.notes["export"] = daemon.export()
-            w.notes["kept"] = daemon.events("restored_points_kept")
-            w.notes["gaps"] = daemon.events("gap_detected")
-            w.notes["ended"] = daemon.events("conversation_ended")
-            w.notes["gaps_after_restart"] = restarted(gw, daemon)
-            yield w
-        finally:
-            if daemon.running:
-                daemon.stop()
+    with stale_main(tmp_path_factory, "openclaw-restore") as (gw, daemon):
+        w = World(gw, daemon.start())
+        say(gw, BACKED_UP)
+        repo = gw.root / "backups"
+        gw.run("backup", "sqlite", "create", "--agent", "main", "--repository", str(repo), "--json")
+        say(gw, LOST[0])
+        gw.agent("main", "/new")
+        say(gw, LOST[1])
+        wait_settled(gw, daemon)
+        w.rows_before_restore = gw.transcript_rows("main")
+        restore(gw, repo)
+        say(gw, AFTER_RESTORE)
+        gw.agent("main", "/new")
+        wait_settled(gw, daemon)
+        w.notes["export"] = daemon.export()
+        w.notes["kept"] = daemon.events("restored_points_kept")
+        w.notes["gaps"] = daemon.events("gap_detected")
+        w.notes["ended"] = daemon.events("conversation_ended")
+        w.notes["gaps_after_restart"] = restarted(gw, daemon)
+        yield w
 
 
 def points(w: World) -> list[dict[str, Any]]:
