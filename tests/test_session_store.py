@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import structlog.testing
 
-from tests.daemon_harness import running_daemon, wait_for
+from tests.daemon_harness import append, header, message, running_daemon, wait_for
 from tests.sqlite_fixture import OpenClawWriter, create_database, message_event, session_header, zstd_frame
 from veritas_watch.admission import AdmissionPolicy
 from veritas_watch.openclaw import (
@@ -292,3 +292,77 @@ def test_an_excluded_session_is_told_once_and_let_go_once_it_is_deleted(tmp_path
             writer.delete_session(group)
         assert feed.poll(source, policy=policy) is not None
         assert feed._excluded_told == {source.key: {}}
+
+
+# -- A JSONL-era `session.store` (OpenClaw before 2026.8), read in npm `openclaw@2026.7.35` and run there offline
+# with the mock model. `resolveStorePath(cfg.session.store, {agentId})` (dist/paths-C2C4lJH6.js) is the agent's
+# sessions.json: `{<session key>: {sessionId, sessionFile, ...}}`. A transcript goes where its entry's `sessionFile`
+# says, resolved within the store's directory (`resolveSessionFilePath` with `resolveSessionFilePathOptions({agentId,
+# storePath})`), and an entry without one is `<sessionId>.jsonl` in the store's directory
+# (dist/session-accessor-ZRcpGzx8.js: `persistExpectedSessionTranscriptTurn`, `resolveSessionTranscriptReadTarget`:
+# `resolveSessionTranscriptPathInDir(sessionId, dirname(storePath))`). The run showed `openclaw agent` turns naming
+# `agents/<id>/sessions/<sessionId>.jsonl` (`resolveSessionTranscriptPath`, canonical, followed anyway) even so:
+# the store's directory holds the transcripts of the other paths. A reset renames a transcript in place
+# (dist/session-transcript-files.fs-Cj46Z9Oy.js, `archiveFileOnDisk`: `<file>.reset.<formatSessionArchiveTimestamp()>`).
+
+def jsonl_transcript(directory: Path, session_id: str, *texts: str) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{session_id}.jsonl"
+    append(path, header(session_id) + b"".join(message(f"{session_id}-{i}", "user", text)
+                                                 for i, text in enumerate(texts, 1)))
+    return path
+
+
+def sessions_json(path: Path, entries: dict[str, str]) -> None:
+    """sessions.json as OpenClaw writes it: session key -> entry (`sessionId`, `sessionFile`, `updatedAt`)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({key: {"sessionId": sid, "sessionFile": str(path.parent / f"{sid}.jsonl"),
+                                      "updatedAt": 1783000000000} for key, sid in entries.items()}))
+
+
+def test_a_jsonl_era_session_store_is_followed_per_agent(tmp_path: Path) -> None:
+    """`{agentId}` gives each agent its own directory (all of it, archives included, is that agent's); a store
+    without it is one directory the agents share, where a transcript is the agent's whose key names its session
+    in sessions.json (and stays so once seen, after a reset renamed it and moved the key on). A transcript no key
+    names could be anyone's: not read."""
+    state, data = tmp_path / "state", tmp_path / "data"
+    for agent in ("main", "ops"):
+        (state / "agents" / agent / "agent").mkdir(parents=True)  # OpenClaw keeps the agent dirs, no sessions/
+    own = tmp_path / "stores"
+    (state / "openclaw.json").write_text(json.dumps({"session": {"store": str(own / "{agentId}" / "sessions.json")}}))
+    sessions_json(own / "ops" / "sessions.json", {"agent:ops:main": "0a1b2c3d-0000-4000-8000-00000000000a"})
+    jsonl_transcript(own / "ops", "0a1b2c3d-0000-4000-8000-00000000000a", "ops: the pager rotation starts Monday.")
+    jsonl_transcript(own / "ops", "0a1b2c3d-0000-4000-8000-00000000000b", "ops: the old runbook is in the wiki.") \
+        .rename(own / "ops" / "0a1b2c3d-0000-4000-8000-00000000000b.jsonl.reset.2026-07-01T10-00-00.000Z")
+    jsonl_transcript(own / "main", "0a1b2c3d-0000-4000-8000-00000000000c", "main: my locker is number 12.")
+    with running_daemon(state, data) as daemon:
+        def texts(agent: str) -> set[str]:
+            return {p["payload"]["data"] for p in daemon.export(agent)}
+
+        wait_for(lambda: len(texts("ops")) == 2 and len(texts("main")) == 1, timeout=60, what="each agent's store")
+        assert texts("main") == {"main: my locker is number 12."}
+        # Then the store without `{agentId}`: one directory, one sessions.json, both agents' transcripts.
+        shared = tmp_path / "shared"
+        main_sid, ops_sid, nobody = ("5e5e0000-0000-4000-8000-000000000001", "5e5e0000-0000-4000-8000-000000000002",
+                                     "5e5e0000-0000-4000-8000-000000000003")
+        sessions_json(shared / "sessions.json", {"agent:main:main": main_sid, "agent:ops:main": ops_sid})
+        main_file = jsonl_transcript(shared, main_sid, "main: the dentist moved to Thursday.")
+        jsonl_transcript(shared, ops_sid, "ops: the TLS certificate expires in May.")
+        jsonl_transcript(shared, nobody, "someone: the attic code is 9090.")
+        (state / "openclaw.json").write_text(json.dumps({"session": {"store": str(shared / "sessions.json")}}))
+        wait_for(lambda: "main: the dentist moved to Thursday." in texts("main")
+                 and "ops: the TLS certificate expires in May." in texts("ops"), timeout=60, what="the shared store")
+        # `/new` in main: the transcript is archived in place, the key moves on to a new session.
+        append(main_file, message(f"{main_sid}-9", "user", "main: and bring the x-rays."))
+        main_file.rename(shared / f"{main_sid}.jsonl.reset.2026-07-02T09-00-00.000Z")
+        new_sid = "5e5e0000-0000-4000-8000-000000000004"
+        jsonl_transcript(shared, new_sid, "main: a new conversation about the garden.")
+        sessions_json(shared / "sessions.json", {"agent:main:main": new_sid, "agent:ops:main": ops_sid})
+        wait_for(lambda: "main: a new conversation about the garden." in texts("main"), timeout=60,
+                 what="the new session")
+        daemon.wait_idle()
+        assert texts("main") == {"main: my locker is number 12.", "main: the dentist moved to Thursday.",
+                                 "main: and bring the x-rays.", "main: a new conversation about the garden."}
+        assert texts("ops") == {"ops: the pager rotation starts Monday.", "ops: the old runbook is in the wiki.",
+                                "ops: the TLS certificate expires in May."}
+        assert len(daemon.export("main")) == 4 and len(daemon.export("ops")) == 3, "a memory stored twice"

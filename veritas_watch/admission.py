@@ -24,7 +24,7 @@ from pathlib import Path
 
 import structlog
 
-from veritas_watch.openclaw import config_file, load_openclaw_config
+from veritas_watch.openclaw import ConfigWatch, load_openclaw_config
 
 log = structlog.get_logger()
 
@@ -134,24 +134,14 @@ class PolicyReader:
         self._state_dir = state_dir
         self._own = own
         self._environ = environ
-        self._seen: tuple[object, ...] | None = None
+        self._seen: object = None
         self._policy = own
-        self._told: tuple[object, ...] | None = None  # the unreadable version already logged
-        self._path: Path | None = None  # the openclaw.json stamped
-
-    def _stamp(self) -> tuple[object, ...]:
-        # OpenClaw's own resolution (OPENCLAW_CONFIG_PATH, `~`, its .env files, legacy names), found again only
-        # while the file is missing: a stat a sweep otherwise.
-        if self._path is None or not self._path.exists():
-            self._path = config_file(self._state_dir, self._environ)
-        try:
-            st = self._path.stat()
-        except OSError:
-            return (str(self._path), None)
-        return (str(self._path), st.st_ino, st.st_size, st.st_mtime_ns)
+        self._told: object = None  # the unreadable version already logged
+        # OpenClaw's own resolution (OPENCLAW_CONFIG_PATH, `~`, its .env files, legacy names): a stat a sweep
+        self._config = ConfigWatch(state_dir, environ)
 
     def current(self) -> AdmissionPolicy:
-        stamp = self._stamp()
+        stamp = self._config.stamp()
         if stamp != self._seen:
             issues: list[str] = []
             config = load_openclaw_config(self._state_dir, self._environ, issues=issues)
@@ -162,7 +152,7 @@ class PolicyReader:
                     log.warning("admission_policy_unreadable", detail=unreadable[0][:300],
                                 hint="the last policy read stays in force until openclaw.json parses again")
                 return self._policy  # its stamp not kept: read again at the next sweep
-            self._seen = stamp
+            self._seen = self._config.kept(stamp)
             self._policy = openclaw_policy(config) | self._own
         return self._policy
 

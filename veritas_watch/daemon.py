@@ -34,7 +34,15 @@ from veritas_watch.forget import Consent, erase_session
 from veritas_watch.http.app import NoHttp, start_http
 from veritas_watch.metrics import DaemonMetrics
 from veritas_watch.model import RUNTIME_SESSIONS, ConversationEnd, RawRecord, SessionState, SourceRef
-from veritas_watch.openclaw import AgentDirs, Registry, TranscriptDb, iter_agents, session_stem, transcript_dbs
+from veritas_watch.openclaw import (
+    AgentDirs,
+    JsonlSessionStores,
+    Registry,
+    TranscriptDb,
+    iter_agents,
+    session_stem,
+    transcript_dbs,
+)
 from veritas_watch.owner import DataDirOwned, Lost, OwnerLock, StartupError
 from veritas_watch.pipeline import (
     CommitBatch,
@@ -448,10 +456,12 @@ class Running:
     shutdown: Shutdown = field(init=False)  # set when the main loop stops
     consent: Consent = field(init=False)  # the admission policy and `veritas-watch forget`, read each sweep
     registry: Registry = field(init=False)  # OpenClaw's database registry, read again only when it changed
+    jsonl_stores: JsonlSessionStores = field(init=False)  # where a JSONL-era `session.store` puts transcripts
 
     def __post_init__(self) -> None:
         self.consent = Consent(self.config)
         self.registry = Registry(self.config.state_dir)
+        self.jsonl_stores = JsonlSessionStores(self.config.state_dir)
 
     async def main_loop(self) -> bool:
         """Run until a stop signal (or the backfill's end), then stop in order, within `Shutdown`'s bound: the
@@ -570,7 +580,8 @@ class Running:
             log.warning("no_agents_found", state_dir=str(self.config.state_dir),
                         hint="OpenClaw keeps agents/<id>/ there; is this its state dir? (veritas-watch doctor)")
         self._said_no_agents = not agents
-        result = await asyncio.to_thread(rt.tailer.sweep, agents)
+        stores = await asyncio.to_thread(self.jsonl_stores.dirs, agents)
+        result = await asyncio.to_thread(rt.tailer.sweep, [*agents, *stores])
         if result.dropped:
             await asyncio.to_thread(rt.cursors.commit_files, [], result.dropped)
         pending = list(result.changed)
@@ -594,7 +605,7 @@ class Running:
         for agent_id, end in ends:
             await self._conversation_ended(agent_id, end)
         self.problems.end_sweep()  # what this whole sweep did not meet again is resolved
-        self.watcher.refresh(self.rt.sqlite.directories_elsewhere())
+        self.watcher.refresh([*self.rt.sqlite.directories_elsewhere(), *(store.sessions for store in stores)])
         return busy
 
     async def _read_archives(self, agents: Sequence[AgentDirs]) -> bool:

@@ -978,6 +978,9 @@ class AgentDirs:
     agent_id: str
     sessions: Path  # may not exist yet
     sqlite: Path  # may not exist yet
+    # In a directory several agents share (a JSONL-era `session.store` without `{agentId}`): the session ids
+    # whose transcripts are this agent's. None: every transcript in `sessions` is.
+    sessions_of: frozenset[str] | None = None
 
 
 class ProblemSink(Protocol):
@@ -1029,6 +1032,145 @@ def iter_agents(state_dir: Path, problems: ProblemSink | None = None) -> Iterato
     legacy = state_dir / "sessions"
     if DEFAULT_AGENT not in names and legacy.is_dir() and not legacy.is_symlink():
         yield AgentDirs(DEFAULT_AGENT, legacy, agents_dir / DEFAULT_AGENT / "agent" / SQLITE_NAME)
+
+
+# ---------------------------------------------------------------------------------------------
+# A JSONL-era `session.store` (OpenClaw before 2026.8; read in 2026.7.35's `dist/paths-*.js` and
+# `dist/session-transcript-files.fs-*.js`). `resolveStorePath(store, {agentId})` makes the setting one agent's
+# `sessions.json` path, and `resolveSessionFilePathOptions({agentId, storePath})` puts that agent's transcripts in
+# the file's directory (`resolveSessionTranscriptPathInDir`: `<id>.jsonl`, `<id>-topic-<t>.jsonl`), archived in
+# place (`archiveFileOnDisk`: `<file>.reset.<ts>`, `<file>.deleted.<ts>`): the names of `agents/<id>/sessions/`.
+
+SESSIONS_JSON = "sessions.json"
+_HOME_PREFIX = re.compile(r"^~(?=$|[\\/])")
+
+
+def session_store_path(store: str, agent_id: str, env: Mapping[str, str], cwd: Path) -> Path:
+    """`resolveStorePath(store, {agentId})` for a configured `session.store`: `{agentId}` replaced by the
+    normalized id, a leading `~` (alone or before a separator: `expandHomePrefix`) by OpenClaw's home, then
+    `path.resolve` from OpenClaw's working directory `cwd`."""
+    expanded = store.replace("{agentId}", normalize_agent_id(agent_id))
+    if expanded.startswith("~"):
+        home = str(openclaw_home(env))
+        expanded = _HOME_PREFIX.sub(lambda _: home, expanded)
+    return _js_resolve(expanded, cwd)
+
+
+class ConfigWatch:
+    """Whether openclaw.json may have changed: the file OpenClaw reads (`config_file`, found again only while it is
+    missing) and its `file_stamp`."""
+
+    def __init__(self, state_dir: Path, environ: Mapping[str, str] | None = None) -> None:
+        self._state_dir = state_dir
+        self._environ = environ
+        self.path: Path | None = None
+
+    def stamp(self) -> tuple[str, Stamp]:
+        if self.path is None or not self.path.exists():
+            self.path = config_file(self._state_dir, self._environ)
+        return str(self.path), file_stamp(self.path)
+
+    @staticmethod
+    def kept(stamp: tuple[str, Stamp]) -> tuple[str, Stamp] | None:
+        """`stamp` to compare the next one with, or None (read again next time) while it is too recent (`settled`)."""
+        return stamp if settled(stamp[1]) else None
+
+
+class JsonlSessionStores:
+    """The directories a JSONL-era `session.store` puts transcripts in, for each sweep: every agent's
+    `dirname(resolveStorePath(store, agent))` that is not its own `agents/<id>/sessions/` (followed anyway).
+    The agents are those with a directory and those openclaw.json lists. A relative store path is resolved from
+    the state dir (OpenClaw resolves it from its working directory, which veritas-watch cannot know).
+
+    A directory one agent's store names is that agent's. One several agents' stores name (a store without
+    `{agentId}`) holds their transcripts side by side: a transcript there is an agent's when the directory's
+    `sessions.json` lists its session under a key naming that agent (`agent:<id>:...`, `session_key_agent`), or
+    when this process saw it so before (a reset or deletion renames it in place and its key moves on). A transcript
+    no key names, as far as this process saw, could be any agent's: it is not read (`AgentDirs.sessions_of`).
+    openclaw.json and each sessions.json are parsed again only when their stat changed."""
+
+    def __init__(self, state_dir: Path, environ: Mapping[str, str] | None = None) -> None:
+        self.state_dir = state_dir
+        self._environ = environ
+        self._config = ConfigWatch(state_dir, environ)
+        self._config_seen: object = None
+        self._store: str | None = None
+        self._env: dict[str, str] = {}
+        self._listed: list[str] = []  # the agents openclaw.json lists
+        self._keys: dict[Path, tuple[object, dict[str, str]]] = {}  # sessions.json -> (stamp, session -> agent)
+        self._owners: dict[Path, dict[str, str]] = {}  # shared directory -> session -> agent, first seen wins
+
+    def _read_config(self) -> str | None:
+        stamp = self._config.stamp()
+        if stamp != self._config_seen:
+            read = _read_openclaw(self.state_dir, os.environ if self._environ is None else self._environ, None)
+            session = read.config.get("session")
+            store = session.get("store") if isinstance(session, Mapping) else None
+            self._store = store if isinstance(store, str) and store else None  # `if (!store)`: the default
+            self._env = read.env
+            self._listed = _list_agent_ids(read.config) if _roster(read.config) is not None else []
+            self._config_seen = self._config.kept(stamp)
+        return self._store
+
+    def dirs(self, agents: Iterable[AgentDirs]) -> list[AgentDirs]:
+        """The store directories to follow besides `agents` (what `iter_agents` found), one AgentDirs per agent."""
+        store = self._read_config()
+        if store is None:
+            return []
+        own = {a.agent_id: a for a in agents}
+        by_dir: dict[Path, dict[str, Path]] = {}  # directory -> agent -> its sessions.json
+        for agent_id in dict.fromkeys([*own, *self._listed]):
+            path = session_store_path(store, agent_id, self._env, self.state_dir)
+            canonical = self.state_dir / "agents" / agent_id / "sessions"
+            if os.path.normpath(path.parent) != os.path.normpath(canonical):
+                by_dir.setdefault(path.parent, {})[agent_id] = path
+        found = []
+        for directory, stores in sorted(by_dir.items()):
+            if len(stores) == 1:
+                ((agent_id, _),) = stores.items()
+                found.append(self._agent_dirs(agent_id, directory, own, None))
+                continue
+            owners = self._owners.setdefault(directory, {})
+            for path in dict.fromkeys(stores.values()):
+                for session_id, agent_id in self._sessions_json(path).items():
+                    owners.setdefault(session_id, agent_id)
+            for agent_id in stores:
+                found.append(self._agent_dirs(agent_id, directory, own,
+                                              frozenset(s for s, a in owners.items() if a == agent_id)))
+        return found
+
+    def _agent_dirs(self, agent_id: str, directory: Path, own: Mapping[str, AgentDirs],
+                    sessions_of: frozenset[str] | None) -> AgentDirs:
+        base = self.state_dir / "agents" / agent_id
+        sqlite = own[agent_id].sqlite if agent_id in own else base / "agent" / SQLITE_NAME
+        return AgentDirs(agent_id, directory, sqlite, sessions_of)
+
+    def _sessions_json(self, path: Path) -> dict[str, str]:
+        """session -> agent, from a sessions.json (`{<session key>: {sessionId, sessionFile?, ...}}`): the session id
+        and the name its `sessionFile` carries (`<id>-topic-<t>` for a topic's), under the agent the key names.
+        Unreadable or half-written: the last read (the next change reads it again)."""
+        stamp = file_stamp(path)
+        kept = self._keys.get(path)
+        if kept is not None and kept[0] == stamp:
+            return kept[1]
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            data = {}
+        except (OSError, ValueError):
+            return kept[1] if kept is not None else {}
+        found: dict[str, str] = {}
+        for key, entry in data.items() if isinstance(data, dict) else ():
+            agent_id = session_key_agent(key) if isinstance(key, str) else None
+            if agent_id is None or not isinstance(entry, dict):
+                continue
+            session_id, session_file = entry.get("sessionId"), entry.get("sessionFile")
+            if isinstance(session_id, str) and session_id.strip():
+                found.setdefault(session_id.strip(), agent_id)
+            if isinstance(session_file, str) and session_file.strip():
+                found.setdefault(session_stem(session_file.strip()), agent_id)
+        self._keys[path] = (stamp if settled(stamp) else None, found)
+        return found
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1128,40 +1270,49 @@ class Registry:
     all change it. Not the ctime: a read-only open touches the `-wal`'s, so it would change at every read.
     Stat only, no connection kept between sweeps (whose `PRAGMA data_version` would be exact): an open connection
     holds a shared lock on the WAL index that OpenClaw's own maintenance may need to be alone for (its "database
-    is locked" at start, tests/openclaw_harness.py). A stamp taken within `_RACY_NS` of its files' newest mtime,
-    or a read that failed, is not kept: the next sweep reads again."""
+    is locked" at start, tests/openclaw_harness.py). A stamp too recent to trust (`file_stamp`) or a read that
+    failed is not kept: the next sweep reads again."""
 
     def __init__(self, state_dir: Path) -> None:
         self.state_dir = state_dir
         self._path = state_dir / REGISTRY_DB
-        self._stamp: tuple[object, ...] | None = None
+        self._stamp: Stamp | None = None
         self._found: list[tuple[str, Path]] = []
         self.reads = 0  # times the registry was opened and queried (status of the cache, and its test)
 
-    def _stamp_now(self) -> tuple[tuple[tuple[int, ...] | None, ...], int]:
-        """The files' stats and the newest of their times (0: none there)."""
-        stats: list[tuple[int, ...] | None] = []
-        for path in (self._path, self._path.with_name(self._path.name + "-wal")):
-            try:
-                st = os.stat(path)
-            except OSError:
-                stats.append(None)
-                continue
-            stats.append((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
-        newest = max((s[3] for s in stats if s is not None), default=0)
-        return tuple(stats), newest
-
     def databases(self) -> list[tuple[str, Path]]:
         """`registered_databases(state_dir)`, from the last read while the registry's files are unchanged."""
-        taken = time.time_ns()
-        stamp, newest = self._stamp_now()
+        stamp = file_stamp(self._path, self._path.with_name(self._path.name + "-wal"))
         if stamp == self._stamp:
             return list(self._found)
         found = _read_registry(self.state_dir)
         self.reads += 1
         self._found = found or []
-        self._stamp = stamp if found is not None and taken - newest >= _RACY_NS else None
+        self._stamp = stamp if found is not None and settled(stamp) else None
         return list(self._found)
+
+
+Stamp = tuple[tuple[int, ...] | None, ...]
+
+
+def file_stamp(*paths: Path) -> Stamp:
+    """What changes when any of `paths` is written, replaced, created or removed: each one's (device, inode, size,
+    mtime), None for one not there."""
+    stats: list[tuple[int, ...] | None] = []
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            stats.append(None)
+            continue
+        stats.append((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(stats)
+
+
+def settled(stamp: Stamp) -> bool:
+    """Whether a `file_stamp` can be trusted to change with the next write: not while its newest mtime is within
+    `_RACY_NS` of now (a write in the same timestamp tick can leave size and mtime as they were: "racy git")."""
+    return time.time_ns() - max((s[3] for s in stamp if s is not None), default=0) >= _RACY_NS
 
 
 def transcript_dbs(state_dir: Path, agents: Iterable[AgentDirs],

@@ -159,10 +159,11 @@ class JsonlTailer:
         now = time.monotonic()
         self._unlisted = set()
         for agent in agents:
-            listing = self._list(agent.sessions, root, agent.agent_id)
+            listing = self._list(agent.sessions, root, agent.agent_id, agent.sessions_of)
             if listing is None:
                 continue
-            listed_dirs.add(str(agent.sessions))
+            if agent.sessions_of is None:  # a shared directory is only partly listed: its other cursors are not stale
+                listed_dirs.add(str(agent.sessions))
             for path, kind, st in listing:
                 key = f"{st.st_dev}:{st.st_ino}"
                 if key in seen:
@@ -262,9 +263,10 @@ class JsonlTailer:
         except OSError:
             return self.state_dir
 
-    def _list(self, sessions: Path, root: Path,
-              agent_id: str) -> list[tuple[Path, TranscriptKind, os.stat_result]] | None:
-        """The transcripts in one sessions dir, or None if it cannot (or must not) be listed.
+    def _list(self, sessions: Path, root: Path, agent_id: str,
+              sessions_of: frozenset[str] | None = None) -> list[tuple[Path, TranscriptKind, os.stat_result]] | None:
+        """The transcripts in one sessions dir (only those of `sessions_of` when given), or None if it cannot (or
+        must not) be listed.
 
         Whatever cannot be followed (a loop, an unreadable dir, a symlink out of the state dir, a FIFO
         or socket named like a transcript) is skipped and told to `problems`: one bad path never
@@ -285,7 +287,7 @@ class JsonlTailer:
         listing = []
         for entry in entries:
             name = classify_transcript(entry.name)
-            if name is None:
+            if name is None or (sessions_of is not None and name.session_stem not in sessions_of):
                 continue
             path = Path(entry.path)
             try:
