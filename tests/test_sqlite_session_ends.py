@@ -189,17 +189,24 @@ def restore_to(writer: OpenClawWriter, sid: str, seq: int) -> None:
     writer.rewrite_suffix(sid, seq, [], rotate_generation=False)
 
 
+def new_then_two_turns(writer: OpenClawWriter, key: str, prefix: str) -> tuple[str, int]:
+    """A session: a turn (08:00), a `/new`, then a conversation of two turns, its last at 09:00:05 (event ids
+    `<prefix>1..3`). -> the session id and the `/new`'s seq."""
+    sid = writer.create_session(key)
+    writer.append(sid, msg("Book the venue.", event_id=f"{prefix}1", ts="2026-11-30T08:00:00Z"))
+    (reset_seq,) = writer.append(sid, reset_event("new"))
+    writer.append(sid, msg("Order the banners.", event_id=f"{prefix}2", ts="2026-11-30T09:00:00Z"),
+                  msg("Banners ordered.", "assistant", event_id=f"{prefix}3", ts="2026-11-30T09:00:05Z"))
+    return sid, reset_seq
+
+
 def test_a_restore_ends_the_conversation_it_removed_once_and_no_other(tmp_path: Path) -> None:
     state, data, db, env = setup(tmp_path)
     state_md(state, STALE)
     with OpenClawWriter(db) as writer:
         with running_daemon(state, data, extra_env=env) as daemon:
             # lost: a whole conversation, begun at a `/new` said after the backup
-            lost = writer.create_session(f"agent:{AGENT}:main")
-            writer.append(lost, msg("Book the venue.", event_id="l1", ts="2026-11-30T08:00:00Z"))
-            (lost_reset,) = writer.append(lost, reset_event("new"))
-            writer.append(lost, msg("Order the banners.", event_id="l2", ts="2026-11-30T09:00:00Z"),
-                          msg("Banners ordered.", "assistant", event_id="l3", ts="2026-11-30T09:00:05Z"))
+            lost, lost_reset = new_then_two_turns(writer, f"agent:{AGENT}:main", "l")
             # cut: a conversation whose beginning the backup holds, its last turn said after it
             cut = writer.create_session(f"agent:{AGENT}:side")
             writer.append(cut, msg("Side: plan the offsite.", event_id="c1", ts="2026-11-30T08:10:00Z"))
@@ -241,16 +248,12 @@ def test_a_restore_found_at_start_up_tells_the_lost_reset_from_a_new_one_at_its_
     state_md(state, STALE)
     with OpenClawWriter(db) as writer:
         with running_daemon(state, data, extra_env=env) as daemon:
-            sid = writer.create_session(f"agent:{AGENT}:main")
-            writer.append(sid, msg("Book the venue.", event_id="u1", ts="2026-11-30T08:00:00Z"))
-            (reset_seq,) = writer.append(sid, reset_event("new"))
-            writer.append(sid, msg("Order the banners.", event_id="u2", ts="2026-11-30T09:00:00Z"),
-                          msg("Banners ordered.", "assistant", event_id="a2", ts="2026-11-30T09:00:05Z"))
+            sid, reset_seq = new_then_two_turns(writer, f"agent:{AGENT}:main", "u")
             wait_for(lambda: gap_events(daemon), what="the /new")
             daemon.wait_idle()
         restore_to(writer, sid, reset_seq)
         assert writer.append(sid, reset_event("new")) == [reset_seq]  # another /new, at the lost one's seq
-        writer.append(sid, msg("Print the programme.", event_id="u3", ts="2026-11-30T10:00:00Z"))
+        writer.append(sid, msg("Print the programme.", event_id="p1", ts="2026-11-30T10:00:00Z"))
         with running_daemon(state, data, extra_env=env) as daemon:
             wait_for(lambda: daemon.events("restored_points_kept"), what="the restore")
             daemon.wait_idle()
