@@ -120,6 +120,20 @@ def test_a_hook_emails_tokens_are_not_taken_for_credentials() -> None:
     assert out.chunks == [] and [f.finding.key_name for f in out.found] == ["DEEPSEEK_API_KEY"]
 
 
+def test_a_group_members_key_quoted_by_a_command_is_one_credential(tmp_path: Path) -> None:
+    """A `/status` in a group chat carries the members' messages since the agent's last reply: each member's message
+    is read as an entry of its own, the command's line for its own text only (a `***` mask read twice would be two
+    rows: an opaque mask is told apart by place and time alone)."""
+    history = json.dumps([{"sender": "Bo", "timestamp_ms": 1773000000000, "body": "deploy GITHUB_TOKEN=*** today"}])
+    text = f"Chat history since last reply (untrusted, for context):\n```json\n{history}\n```\n\n/status"
+    out = transform(PARENT, [message("user", text, 0)])
+    assert out.skipped["slash_command"] == 1 and len(out.chunks) == 1
+    assert [(f.finding.key_name, f.finding.masked) for f in out.found] == [("GITHUB_TOKEN", "opaque")]
+    capture = capture_for(tmp_path)
+    capture.capture(out.found)
+    assert rows(capture) == [("GITHUB_TOKEN", f"{DB}#{PARENT}:0 (transcript holds only a mask)")]
+
+
 def test_a_steered_key_is_redacted_and_indexed() -> None:
     out = transform(PARENT, [message("user", f"/steer use the DeepSeek key {DEEPSEEK} instead", 0)])
     texts = [c.text for c in out.chunks]

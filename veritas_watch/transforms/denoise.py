@@ -442,10 +442,14 @@ def capture_text(line: ParsedLine, result: tuple[Role, str] | Skip) -> str | Non
     memory text in a session that is not memory); None: nothing.
 
     Tool traffic is read whole. Elsewhere wrapped external content is left out: a webhook's email or page is
-    third-party text, and its unsubscribe and tracking tokens are no credential given to the agent."""
+    third-party text, and its unsubscribe and tracking tokens are no credential given to the agent. A line quoting
+    a group's chat history gives its own text only: the members' messages are read as entries of their own
+    (`history_messages`), and a `***` mask read twice would be two credentials."""
     if isinstance(result, Skip) and result.reason in _NOT_CAPTURED:
         return None
     text = detection_text(line)
+    if _HISTORY_HINT in text and history_messages(line):
+        return _strip_user(text).text
     if (isinstance(result, Skip) and result.reason in _TOOL_LINES) or "<<<EXTERNAL_UNTRUSTED_CONTENT" not in text:
         return text
     return _EXTERNAL.sub(_EXTERNAL_PLACEHOLDER, text)
