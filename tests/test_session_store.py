@@ -24,8 +24,10 @@ from tests.sqlite_fixture import OpenClawWriter, create_database, message_event,
 from veritas_watch.admission import AdmissionPolicy
 from veritas_watch.openclaw import (
     AgentDirs,
+    JsonlSessionStores,
     Registry,
     TranscriptDb,
+    iter_agents,
     registered_databases,
     session_key_agent,
     transcript_dbs,
@@ -366,3 +368,20 @@ def test_a_jsonl_era_session_store_is_followed_per_agent(tmp_path: Path) -> None
         assert texts("ops") == {"ops: the pager rotation starts Monday.", "ops: the old runbook is in the wiki.",
                                 "ops: the TLS certificate expires in May."}
         assert len(daemon.export("main")) == 4 and len(daemon.export("ops")) == 3, "a memory stored twice"
+
+
+def test_jsonl_era_store_directories_survive_an_openclaw_json_caught_half_written(tmp_path: Path) -> None:
+    """The store's directories (and so their files' cursors) stay while openclaw.json cannot be parsed, as the
+    admission policy does; a store path relative to nothing OpenClaw says is resolved from the state dir."""
+    state = tmp_path / "state"
+    (state / "agents" / "ops" / "agent").mkdir(parents=True)
+    config = state / "openclaw.json"
+    config.write_text(json.dumps({"session": {"store": "stores/{agentId}/sessions.json"}}))
+    stores = JsonlSessionStores(state, {"OPENCLAW_STATE_DIR": str(state), "HOME": str(tmp_path)})
+    agents = list(iter_agents(state))
+    expected = [AgentDirs("ops", state / "stores" / "ops", canonical(state, "ops"))]
+    assert stores.dirs(agents) == expected
+    config.write_text('{"session": {"store": "stores/{agentId}/sess')  # caught half-written
+    assert stores.dirs(agents) == expected
+    config.write_text(json.dumps({"session": {}}))
+    assert stores.dirs(agents) == []

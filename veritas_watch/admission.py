@@ -24,7 +24,7 @@ from pathlib import Path
 
 import structlog
 
-from veritas_watch.openclaw import ConfigWatch, load_openclaw_config
+from veritas_watch.openclaw import UNREADABLE, ConfigWatch, load_openclaw_config
 
 log = structlog.get_logger()
 
@@ -145,7 +145,7 @@ class PolicyReader:
         if stamp != self._seen:
             issues: list[str] = []
             config = load_openclaw_config(self._state_dir, self._environ, issues=issues)
-            unreadable = [i for i in issues if ": cannot read: " in i]  # `_read_openclaw`'s words for it
+            unreadable = [i for i in issues if UNREADABLE in i]
             if unreadable:
                 if self._told != stamp:
                     self._told = stamp

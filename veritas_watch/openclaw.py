@@ -899,7 +899,7 @@ def _read_openclaw(state_dir: Path, environ: Mapping[str, str], issues: list[str
     except FileNotFoundError:
         parsed = {}
     except (OSError, ValueError, RecursionError) as exc:
-        notes.append(f"{path}: cannot read: {exc}")
+        notes.append(f"{path}{UNREADABLE}{exc}")
         parsed = {}
     if not isinstance(parsed, Mapping):
         parsed = {}
@@ -922,6 +922,9 @@ def _read_openclaw(state_dir: Path, environ: Mapping[str, str], issues: list[str
     config = _substitute_all(resolved, env, missing)
     notes.extend(f"{path}: ${{{name}}} is not set" for name in dict.fromkeys(missing))
     return _ReadConfig(config if isinstance(config, dict) else {}, env)
+
+
+UNREADABLE = ": cannot read: "  # in an issue `_read_openclaw` notes: openclaw.json itself could not be read or parsed
 
 
 def load_openclaw_config(state_dir: Path, environ: Mapping[str, str] | None = None, *,
@@ -1101,9 +1104,14 @@ class JsonlSessionStores:
         self._owners: dict[Path, dict[str, str]] = {}  # shared directory -> session -> agent, first seen wins
 
     def _read_config(self) -> str | None:
+        """`session.store`; openclaw.json caught half-written (or with a typo) keeps the last one read, as
+        `admission.PolicyReader` does: dropping it would drop the directories and the cursors of their files."""
         stamp = self._config.stamp()
         if stamp != self._config_seen:
-            read = _read_openclaw(self.state_dir, os.environ if self._environ is None else self._environ, None)
+            issues: list[str] = []
+            read = _read_openclaw(self.state_dir, os.environ if self._environ is None else self._environ, issues)
+            if any(UNREADABLE in issue for issue in issues):
+                return self._store  # read again at the next sweep
             session = read.config.get("session")
             store = session.get("store") if isinstance(session, Mapping) else None
             self._store = store if isinstance(store, str) and store else None  # `if (!store)`: the default
