@@ -1038,13 +1038,14 @@ def iter_agents(state_dir: Path, problems: ProblemSink | None = None) -> Iterato
 
 
 # ---------------------------------------------------------------------------------------------
-# A JSONL-era `session.store` (OpenClaw before 2026.8; read in 2026.7.35's `dist/paths-*.js` and
-# `dist/session-transcript-files.fs-*.js`). `resolveStorePath(store, {agentId})` makes the setting one agent's
-# `sessions.json` path, and `resolveSessionFilePathOptions({agentId, storePath})` puts that agent's transcripts in
-# the file's directory (`resolveSessionTranscriptPathInDir`: `<id>.jsonl`, `<id>-topic-<t>.jsonl`), archived in
-# place (`archiveFileOnDisk`: `<file>.reset.<ts>`, `<file>.deleted.<ts>`): the names of `agents/<id>/sessions/`.
+# A JSONL-era `session.store` (OpenClaw before 2026.8; read in 2026.7.35's `dist/*.js` and run offline).
+# `resolveStorePath(store, {agentId})` (paths-*.js) makes the setting one agent's `sessions.json` path. A transcript
+# goes where its entry's `sessionFile` says, resolved within that file's directory (`resolveSessionFilePath` with
+# `resolveSessionFilePathOptions({agentId, storePath})`), and an entry without one is `<id>.jsonl` in that directory
+# (session-accessor-*.js: `persistExpectedSessionTranscriptTurn`, `resolveSessionTranscriptReadTarget`); archives
+# are renamed in place (`archiveFileOnDisk`: `<file>.reset.<ts>`, `<file>.deleted.<ts>`). `openclaw agent` turns
+# still name `agents/<id>/sessions/<id>.jsonl` (`resolveSessionTranscriptPath`; the run showed it): both are followed.
 
-SESSIONS_JSON = "sessions.json"
 _HOME_PREFIX = re.compile(r"^~(?=$|[\\/])")
 
 
