@@ -29,7 +29,7 @@ from typing import Any
 import pyrage
 import pytest
 
-from tests.daemon_harness import DaemonProcess, read_db_cursors, wait_for
+from tests.daemon_harness import DaemonProcess, read_db_cursors, time_scale, wait_for
 from tests.mock_model import Plan
 from tests.openclaw_harness import (
     OpenClawGateway,
@@ -379,7 +379,9 @@ def agent_to_agent(w: World) -> None:
         return sum(1 for agent in ("main", "ops") for r in gw.transcript_rows(agent)
                    if r.event.get("message", {}).get("provenance", {}).get("kind") == "inter_session")
 
-    w.notes["a2a_rows"] = wait_stable(a2a_rows, 2, "the agents' ping-pong settled")
+    # at least the question, its answer and one ping-pong exchange: a pause of OpenClaw's under load longer than
+    # `quiet` must not end the wait before the ping-pong has begun (seen once at load 9: 2 rows)
+    w.notes["a2a_rows"] = wait_stable(a2a_rows, 4, "the agents' ping-pong settled")
 
 
 # What external services send main through OpenClaw's webhooks: two emails (`POST /hooks/agent`, run as cron jobs:
@@ -443,7 +445,7 @@ def wait_stable(count: Callable[[], int], at_least: int, what: str, quiet: float
         now = count()
         if not seen or seen[-1][1] != now:
             seen.append((time.monotonic(), now))
-        return now >= at_least and time.monotonic() - seen[-1][0] > quiet
+        return now >= at_least and time.monotonic() - seen[-1][0] > quiet * time_scale()
 
     wait_for(settled, timeout=240, interval=0.5, what=what)
     return seen[-1][1]
