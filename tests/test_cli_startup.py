@@ -44,3 +44,11 @@ def test_status_without_a_daemon_loads_no_daemon_library(tmp_path: Path) -> None
     without a token (whether the host resolves to loopback)."""
     assert _loaded(tmp_path, "status") == []
     assert _loaded(tmp_path, "status", "--json") == []
+
+
+def test_status_with_a_loopback_tcp_bind_and_no_token_loads_no_daemon_library(tmp_path: Path) -> None:
+    """The one config whose check asks whether a host resolves to loopback (TCP, no token) answers that from
+    transport.py, a leaf: `status` reading it loads no aiohttp either."""
+    config = tmp_path / "veritas-watch.toml"
+    config.write_text('[http]\nhost = "localhost"\nport = 17999\n')
+    assert _loaded(tmp_path, "--config", str(config), "status") == []

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 from veritas_watch.admission import KEYS as POLICY_KEYS
 from veritas_watch.openclaw import resolve_state_dir
+from veritas_watch.transport import resolves_to_loopback
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -462,9 +463,6 @@ def _check_http(http: HttpConfig) -> None:
         raise ConfigError("http.metrics_token: the same as another token (it must read /metrics only)")
     if not http.tcp or http.token or http.agent_tokens:
         return
-    # Imported only here: it brings aiohttp (~0.2 s), which every CLI command reading the config paid for.
-    from veritas_watch.http.access import resolves_to_loopback
-
     if not resolves_to_loopback(http.bind_host):
         raise ConfigError(f"http.host: {http.host!r} is not a loopback address (it must resolve to 127.0.0.0/8 or "
                           "::1 only); set http.token to allow it")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import hmac
+import ipaddress
 import os
 import secrets
 import socket
@@ -116,3 +117,30 @@ def peer_uid(sock: socket.socket) -> int | None:
 def peer_allowed(uid: int) -> bool:
     """The daemon's own user, or root: nobody else may ask the daemon anything over its socket."""
     return uid in (os.geteuid(), 0)
+
+
+# -- loopback: also what the config check asks of a TCP bind without a token (here, not in http/, so that
+# reading a config never loads aiohttp)
+
+def is_loopback_ip(text: str) -> bool:
+    try:
+        return ipaddress.ip_address(text).is_loopback  # a zone only on IPv6 (`::1%lo`), never `127.0.0.1%x`
+    except ValueError:
+        return False
+
+
+def resolves_to_loopback(host: str) -> bool:
+    """True only if every address `host` resolves to is a loopback address (a text prefix proves nothing:
+    `127.example.com` is any host on the internet)."""
+    bare = host.strip("[]")
+    try:
+        ipaddress.ip_address(bare.split("%", 1)[0])
+        return is_loopback_ip(bare)
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(bare, None, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError):
+        return False
+    addresses = {str(info[4][0]) for info in infos}
+    return bool(addresses) and all(is_loopback_ip(a) for a in addresses)

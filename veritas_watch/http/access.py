@@ -35,7 +35,7 @@ import structlog
 from aiohttp import web
 
 from veritas_watch.openclaw import InvalidAgentId, canonical_agent_id
-from veritas_watch.transport import key_id, peer_allowed, peer_uid, proof, valid_challenge, weak_token
+from veritas_watch.transport import is_loopback_ip, key_id, peer_allowed, peer_uid, proof, valid_challenge, weak_token
 
 if TYPE_CHECKING:
     from veritas_watch.config import HttpConfig
@@ -94,34 +94,10 @@ def agent_param(value: object, field: str = "agent_id") -> str:
 
 # -- loopback --------------------------------------------------------------------------------------
 
-def _is_loopback_ip(text: str) -> bool:
-    try:
-        return ipaddress.ip_address(text).is_loopback  # a zone only on IPv6 (`::1%lo`), never `127.0.0.1%x`
-    except ValueError:
-        return False
-
-
-def resolves_to_loopback(host: str) -> bool:
-    """True only if every address `host` resolves to is a loopback address (a text prefix proves nothing:
-    `127.example.com` is any host on the internet)."""
-    bare = host.strip("[]")
-    try:
-        ipaddress.ip_address(bare.split("%", 1)[0])
-        return _is_loopback_ip(bare)
-    except ValueError:
-        pass
-    try:
-        infos = socket.getaddrinfo(bare, None, proto=socket.IPPROTO_TCP)
-    except (OSError, UnicodeError):
-        return False
-    addresses = {str(info[4][0]) for info in infos}
-    return bool(addresses) and all(_is_loopback_ip(a) for a in addresses)
-
-
 def bound_to_loopback(addresses: Iterable[Any]) -> bool:
     """Whether every socket address the server listens on is loopback."""
     hosts = [str(a[0]) for a in addresses]
-    return bool(hosts) and all(_is_loopback_ip(h) for h in hosts)
+    return bool(hosts) and all(is_loopback_ip(h) for h in hosts)
 
 
 # -- the browser checks -----------------------------------------------------------------------------
@@ -150,7 +126,7 @@ def _name_allowed(name: str, http: HttpConfig) -> bool:
     """Loopback names, the configured host and `http.allowed_hosts`; bound to every address (0.0.0.0,
     which needs a token), also any IP literal and this machine's own names: a DNS-rebinding page's
     requests name the page's DNS name, which is none of these."""
-    if name in LOOPBACK_NAMES or _is_loopback_ip(name):
+    if name in LOOPBACK_NAMES or is_loopback_ip(name):
         return True
     configured = http.bind_host.lower().strip("[]")
     allowed = {configured, *(h.lower().strip("[]") for h in http.allowed_hosts)} - WILDCARDS
