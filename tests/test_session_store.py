@@ -33,6 +33,7 @@ from veritas_watch.openclaw import (
     transcript_dbs,
 )
 from veritas_watch.sources.cursors import CursorStore
+from veritas_watch.sources.jsonl import JsonlTailer
 from veritas_watch.sources.sqlite import SqliteTranscriptReader
 from veritas_watch.sources.sqlite_feed import SqliteFeed
 
@@ -385,3 +386,43 @@ def test_jsonl_era_store_directories_survive_an_openclaw_json_caught_half_writte
     assert stores.dirs(agents) == expected
     config.write_text(json.dumps({"session": {}}))
     assert stores.dirs(agents) == []
+
+
+def test_a_store_shared_in_an_agents_own_sessions_directory_gives_each_transcript_to_its_agent(tmp_path: Path) -> None:
+    """A store without `{agentId}` that names one agent's own `agents/<id>/sessions/` (main's here): the other
+    agents write their transcripts there too. A transcript whose key names ops is ops', not main's for being in
+    main's directory; what no key names another agent's stays main's (its own directory, read as before)."""
+    state = tmp_path / "state"
+    for agent in ("main", "ops"):
+        (state / "agents" / agent / "agent").mkdir(parents=True)
+    here = state / "agents" / "main" / "sessions"
+    (state / "openclaw.json").write_text(json.dumps({"session": {"store": str(here / "sessions.json")}}))
+    main_sid, ops_sid, older = ("5e5e0000-0000-4000-8000-000000000001", "5e5e0000-0000-4000-8000-000000000002",
+                                "5e5e0000-0000-4000-8000-000000000003")
+    sessions_json(here / "sessions.json", {"agent:main:main": main_sid, "agent:ops:main": ops_sid})
+    for sid in (main_sid, ops_sid, older):
+        jsonl_transcript(here, sid, f"{sid}: a line.")
+    agents = list(iter_agents(state))
+    stores = JsonlSessionStores(state, {"OPENCLAW_STATE_DIR": str(state), "HOME": str(tmp_path)})
+    tailer = JsonlTailer(state, {}, max_line_bytes=1 << 20, read_chunk_bytes=1 << 16)
+    tailer.sweep([*stores.dirs(agents), *agents])  # as the daemon does
+    owner = {Path(t.read.path).name.split(".")[0]: t.committed.agent_id for t in tailer.files.values()}
+    assert owner == {main_sid: "main", ops_sid: "ops", older: "main"}
+
+
+def test_a_registry_that_cannot_be_read_for_a_moment_keeps_the_databases_last_read(tmp_path: Path) -> None:
+    """Locked or caught damaged (`_read_registry` None): the databases last read stay listed (dropping them would
+    close their readers until the next sweep), and the registry is read again at the next sweep."""
+    state = tmp_path / "state"
+    ops = tmp_path / "stores" / "ops" / "openclaw-agent.ops.sqlite"
+    register(state, ("ops", str(ops)))
+    path = state / "state" / "openclaw.sqlite"
+    registry = Registry(state)
+    assert registry.databases() == [("ops", ops)]
+    good = path.read_bytes()
+    path.write_bytes(b"not a database" * 300)
+    assert registry.databases() == [("ops", ops)]
+    reads = registry.reads
+    assert registry.databases() == [("ops", ops)] and registry.reads == reads + 1, "a failed read was trusted"
+    path.write_bytes(good)
+    assert registry.databases() == [("ops", ops)]

@@ -581,7 +581,7 @@ class Running:
                         hint="OpenClaw keeps agents/<id>/ there; is this its state dir? (veritas-watch doctor)")
         self._said_no_agents = not agents
         stores = await asyncio.to_thread(self.jsonl_stores.dirs, agents)
-        result = await asyncio.to_thread(rt.tailer.sweep, [*agents, *stores])
+        result = await asyncio.to_thread(rt.tailer.sweep, [*stores, *agents])  # stores first (`dirs`)
         if result.dropped:
             await asyncio.to_thread(rt.cursors.commit_files, [], result.dropped)
         pending = list(result.changed)

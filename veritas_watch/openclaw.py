@@ -1122,20 +1122,28 @@ class JsonlSessionStores:
         return self._store
 
     def dirs(self, agents: Iterable[AgentDirs]) -> list[AgentDirs]:
-        """The store directories to follow besides `agents` (what `iter_agents` found), one AgentDirs per agent."""
+        """The store directories to follow besides `agents` (what `iter_agents` found), one AgentDirs per agent,
+        to be listed BEFORE `agents`: in a store shared in an agent's own `agents/<id>/sessions/`, the transcripts
+        keys give the other agents are theirs, and that agent's listing (every file) then skips them as seen."""
         store = self._read_config()
         if store is None:
             return []
+        agents = list(agents)
         own = {a.agent_id: a for a in agents}
+        ids = list(dict.fromkeys([*own, *self._listed]))
+        # the directories an agent's own listing reads whole (`iter_agents`), once it has one
+        home = {os.path.normpath(self.state_dir / "agents" / a / "sessions"): a for a in ids}
+        home.update((os.path.normpath(a.sessions), a.agent_id) for a in agents)
         by_dir: dict[Path, dict[str, Path]] = {}  # directory -> agent -> its sessions.json
-        for agent_id in dict.fromkeys([*own, *self._listed]):
+        for agent_id in ids:
             path = session_store_path(store, agent_id, self._env, self.state_dir)
-            canonical = self.state_dir / "agents" / agent_id / "sessions"
-            if os.path.normpath(path.parent) != os.path.normpath(canonical):
-                by_dir.setdefault(path.parent, {})[agent_id] = path
+            by_dir.setdefault(path.parent, {})[agent_id] = path
         found = []
         for directory, stores in sorted(by_dir.items()):
-            if len(stores) == 1:
+            owner = home.get(os.path.normpath(directory))
+            if owner is not None and set(stores) <= {owner}:
+                continue  # the agent's own directory (the default store)
+            if len(stores) == 1 and owner is None:
                 ((agent_id, _),) = stores.items()
                 found.append(self._agent_dirs(agent_id, directory, own, None))
                 continue
@@ -1144,8 +1152,9 @@ class JsonlSessionStores:
                 for session_id, agent_id in self._sessions_json(path).items():
                     owners.setdefault(session_id, agent_id)
             for agent_id in stores:
-                found.append(self._agent_dirs(agent_id, directory, own,
-                                              frozenset(s for s, a in owners.items() if a == agent_id)))
+                if agent_id != owner:  # the owner's listing has every file the others' leave
+                    found.append(self._agent_dirs(agent_id, directory, own,
+                                                  frozenset(s for s, a in owners.items() if a == agent_id)))
         return found
 
     def _agent_dirs(self, agent_id: str, directory: Path, own: Mapping[str, AgentDirs],
@@ -1296,7 +1305,8 @@ class Registry:
             return list(self._found)
         found = _read_registry(self.state_dir)
         self.reads += 1
-        self._found = found or []
+        if found is not None:  # locked or damaged for a moment: the databases last read stay followed
+            self._found = found
         self._stamp = stamp if found is not None and settled(stamp) else None
         return list(self._found)
 
