@@ -104,3 +104,15 @@ def test_forget_waits_on_the_daemons_count_not_its_export(daemon: DaemonProcess)
     assert done.paths and set(done.paths) == {"/memory/count"}  # never /export
     left = {(p["payload"]["agent_id"], p["payload"]["session_id"]) for p in daemon.export_http()}
     assert left == {("main", "keep"), ("ops", "gone")}
+
+
+def test_forget_counts_a_key_with_more_windows_than_one_count_request_takes(daemon: DaemonProcess) -> None:
+    """A session key names every window it had (a cron job's key one per run: thousands in a few days); the
+    count is asked in batches the route takes, not refused as one request over its limit."""
+    from veritas_watch.forget import _daemon_points
+
+    config = load_config(str(daemon.config_path), daemon.env)
+    endpoint = client.find(config)
+    assert endpoint is not None
+    windows = frozenset({"keep", *(f"run-{n:04d}" for n in range(2500))})
+    assert _daemon_points(endpoint, "main", windows) == 1

@@ -38,6 +38,7 @@ from veritas_watch.features.gaps.store import GapStore
 from veritas_watch.openclaw import InvalidAgentId, agent_workspace, iter_agents, transcript_dbs
 from veritas_watch.safepath import make_dirs
 from veritas_watch.sinks.store import Store
+from veritas_watch.transport import MAX_COUNT_SESSIONS
 
 log = structlog.get_logger()
 
@@ -207,10 +208,16 @@ class DaemonTooOld(Exception):
 
 
 def _daemon_points(daemon: Daemon, agent_id: str, sessions: frozenset[str]) -> int:
-    """How many points of `sessions` the running daemon holds (`POST /memory/count`: the daemon counts them)."""
+    """How many points of `sessions` the running daemon holds (`POST /memory/count`: the daemon counts them, in
+    batches of what one request takes)."""
+    ids = sorted(sessions)
+    count = 0
     try:
-        with daemon.open("/memory/count", {"agent_id": agent_id, "session_ids": sorted(sessions)}) as response:
-            return int(json.loads(response.read())["count"])
+        for start in range(0, len(ids), MAX_COUNT_SESSIONS):
+            body = {"agent_id": agent_id, "session_ids": ids[start:start + MAX_COUNT_SESSIONS]}
+            with daemon.open("/memory/count", body) as response:
+                count += int(json.loads(response.read())["count"])
+        return count
     except DaemonRefused as exc:
         if exc.status == 404:
             raise DaemonTooOld(f"the running daemon (pid {daemon.pid}) is older than this command: restart it "

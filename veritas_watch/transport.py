@@ -32,6 +32,8 @@ _KEY_ID_MESSAGE = b"veritas-watch key id"
 _PROOF_MESSAGE = b"veritas-watch server proof\n"
 CHALLENGE_MIN_HEX = 32
 CHALLENGE_MAX_HEX = 128
+# `POST /memory/count`: session ids in one request (a cron job's key names a session per run: `forget` batches)
+MAX_COUNT_SESSIONS = 1000
 # A TCP token this short (or this repetitive) is refused: a squatter that is sent its key id (before any proof)
 # can search for it offline, and the proof itself is an HMAC anyone may ask the daemon for. At 32 characters
 # and 8 distinct ones, a random token holds 128 bits or more (32 hex digits; the local token is 43 of base64).

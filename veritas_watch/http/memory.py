@@ -56,6 +56,7 @@ from veritas_watch.ranking import STOP_SEARCHING_HINT, SearchLoopGuard, floor_fo
 from veritas_watch.sinks.store import StoreError
 from veritas_watch.transforms.chunk import chunk_entry
 from veritas_watch.transforms.redact import redact, redact_with_matches
+from veritas_watch.transport import MAX_COUNT_SESSIONS
 
 if TYPE_CHECKING:
     from veritas_watch.config import Config
@@ -444,9 +445,6 @@ async def memory_get(request: web.Request) -> web.Response:
         raise _error(web.HTTPNotFound, "no memory with this id for this agent")
     return json_answer({"memory": hit_to_result(hit), "before": [hit_to_result(h) for h in before],
                               "after": [hit_to_result(h) for h in after]})
-
-
-MAX_COUNT_SESSIONS = 1000  # /memory/count: session ids in one request (a session key's windows are a handful)
 
 
 async def memory_count(request: web.Request) -> web.Response:
