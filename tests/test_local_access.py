@@ -423,6 +423,35 @@ def test_a_weak_http_token_is_never_sent_not_even_its_key_id(tmp_path: Path) -> 
     assert squatter.seen == []
 
 
+def test_doctor_prints_its_whole_report_for_a_tcp_only_daemon_and_a_weak_token(tmp_path: Path) -> None:
+    """The same daemon for `doctor`: every check is still reported (not one error line instead), the weak token
+    in `tokens`, the daemon it cannot reach in `daemon`, and still nothing is sent to the port."""
+    squatter = Squatter()
+    data = tmp_path / "data"
+    data.mkdir(mode=0o700)
+    config = tmp_path / "config.toml"
+    config.write_text('[http]\ntoken = "short-token-1234"\n')
+    (data / "daemon.json").write_text(json.dumps({"pid": os.getpid(), "host": "127.0.0.1", "port": squatter.port}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VERITAS_", "OPENCLAW_", "NOTIFY_SOCKET"))}
+    env.update(VERITAS_WATCH_DATA_DIR=str(data), VERITAS_WATCH_CONFIG=str(config),
+               OPENCLAW_STATE_DIR=str(tmp_path / "state"))
+    try:
+        out = subprocess.run([sys.executable, "-m", "veritas_watch.cli", "doctor", "--json"], env=env,
+                             capture_output=True, text=True, timeout=300)
+    finally:
+        squatter.close()
+    assert out.stdout.startswith("["), (out.stdout, out.stderr)
+    checks = {c["name"]: c for c in json.loads(out.stdout)}
+    assert {"config", "tokens", "state_dir", "data_dir", "model", "daemon", "store"} <= set(checks), checks
+    assert checks["tokens"]["status"] == "warn" and checks["tokens"]["detail"].startswith("http.token: too weak")
+    daemon = checks["daemon"]
+    assert daemon["status"] == "fail" and f"pid {os.getpid()}" in daemon["detail"], daemon
+    assert "too weak to be sent" in daemon["detail"] and "openssl rand" in daemon["fix"], daemon
+    assert out.returncode == 1
+    assert squatter.seen == []
+    assert "short-token-1234" not in out.stdout + out.stderr
+
+
 # -- TCP when configured ------------------------------------------------------------------------------
 
 ADMIN = "admin-token-for-tcp-0123456789abcdef"

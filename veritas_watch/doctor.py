@@ -71,7 +71,10 @@ def run_doctor(config: Config, *, unit_paths: Sequence[Path] | None = None, load
     """All checks, in order. `unit_paths`: unit files to check instead of the installed ones (tests).
     `config_error`: the config file could not be used; `config` is then the defaults and the environment, and
     every other check still runs on it."""
-    daemon = client.find(config)
+    try:
+        daemon, unreachable = client.find(config), None
+    except client.TokenTooWeak as exc:  # a daemon runs, reachable only over TCP with a token never sent
+        daemon, unreachable = None, str(exc)
     status = _daemon_status(daemon)
     checks: list[Check] = [_config(config, config_error), *_tokens(config), *_state_dir(config), _paths(config),
                            _transcript_dbs(config, status), _gaps(config, status), *_data_dir(config),
@@ -80,7 +83,7 @@ def run_doctor(config: Config, *, unit_paths: Sequence[Path] | None = None, load
     if load_model:
         model_check, meta = _model(config)
         checks.append(model_check)
-    checks.append(_daemon(config, daemon))
+    checks.append(_daemon(config, daemon, unreachable))
     checks.append(_store(config, daemon, meta))
     checks.extend(_units(unit_paths if unit_paths is not None else list(installed_units())))
     return checks
@@ -396,7 +399,12 @@ def _model(config: Config) -> tuple[Check, tuple[str, int] | None]:
     return Check("model", "ok", detail), (embedder.name, embedder.dim)
 
 
-def _daemon(config: Config, daemon: DaemonEndpoint | None) -> Check:
+def _daemon(config: Config, daemon: DaemonEndpoint | None, unreachable: str | None = None) -> Check:
+    """`unreachable`: why a daemon that runs could not be asked (client.TokenTooWeak)."""
+    if unreachable is not None:
+        return Check("daemon", "fail", unreachable, "set http.token to a long random token (e.g. `openssl rand "
+                     "-hex 32`) for the daemon and this command, and restart the daemon; or run this command as the "
+                     "daemon's user, which reaches it over its socket")
     if daemon is not None:
         health = daemon.health
         status: Status = "ok" if health.get("status") == "ok" else "warn"
