@@ -5,6 +5,7 @@ SQLite reader leaving excluded sessions unread (not consumed: the rule removed, 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -336,6 +337,41 @@ def test_an_excluded_session_deleted_leaves_its_archive_unread_until_the_rule_go
         assert texts(daemon) == {"The mooring fee is paid.", "The winter berth is booked."}
         _openclaw_json(state, None)
         wait_for(lambda: "Group: the crew dinner is on Friday." in texts(daemon), what="the archive read once admitted")
+
+
+def test_an_excluded_session_deleted_is_let_go_once_no_archive_of_it_is_left(tmp_path: Path) -> None:
+    """What keeps a deleted excluded session's archive unread is bounded: held while an archive of it is on disk
+    (or for DELETION_ARCHIVE_GRACE, OpenClaw publishing it after the rows go), let go once none is left."""
+    from veritas_watch.openclaw import TranscriptDb
+    from veritas_watch.sources.cursors import CursorStore
+    from veritas_watch.sources.sqlite_feed import DELETION_ARCHIVE_GRACE, SqliteFeed
+
+    path = create_database(tmp_path / "state" / "agents" / "main" / "agent" / "openclaw-agent.sqlite")
+    source = TranscriptDb(path, "main")
+    feed = SqliteFeed(CursorStore(tmp_path / "cursors.sqlite"))
+    rule = AdmissionPolicy(chat_types=frozenset({"group"}))
+    with OpenClawWriter(path, compress=False) as writer:
+        groups = [writer.create_session(f"agent:main:telegram:group:-{n}") for n in range(3)]
+        for n, sid in enumerate(groups):
+            writer.set_metadata(sid, channel="telegram", chat_type="group")
+            writer.append(sid, message_event(f"group {n}", event_id=f"g{n}"))
+        direct = writer.create_session("agent:main:main")
+        writer.append(direct, message_event("direct", event_id="d1"))
+    assert feed.poll(source, policy=rule) is not None
+    assert feed.kept_out("main") == set(groups)
+    with OpenClawWriter(path, compress=False) as writer:
+        for sid in groups[:2]:
+            writer.delete_session(sid)
+    assert feed.poll(source, policy=rule) is not None
+    feed.let_go(set())  # just deleted: its archive may not be in place yet
+    assert feed.kept_out("main") == set(groups)
+    later = time.monotonic() + DELETION_ARCHIVE_GRACE
+    feed.let_go({("main", groups[0])}, now=later)  # the first one's archive is still there: it stays unread
+    assert feed.kept_out("main") == {groups[0], groups[2]}  # the one still in the database is kept as well
+    feed.let_go(set(), now=later)  # OpenClaw's retention removed the archive
+    assert feed.kept_out("main") == {groups[2]}
+    assert feed.poll(source, policy=rule) is not None
+    assert feed.kept_out("main") == {groups[2]}
 
 
 def test_forget_takes_a_session_key_for_each_of_its_windows(tmp_path: Path) -> None:

@@ -614,10 +614,13 @@ class Running:
         rt = self.rt
         found = await asyncio.to_thread(rt.archives.sweep, agents)
         loop = asyncio.get_running_loop()
-        for agent, path, key, kind in list(found):
-            if session_stem(path) in rt.sqlite.kept_out(agent.agent_id):
-                found.remove((agent, path, key, kind))  # no work: a sweep finding only these is idle
-                continue  # a deleted session the admission policy excludes: unread while its exclusion is known
+        # a deleted session the admission policy excludes: unread while its exclusion is known (and no work: a
+        # sweep finding only these is idle); the feed remembers such a session while an archive of it is left
+        named = [(f, (f[0].agent_id, session_stem(f[1]))) for f in found]
+        held = {name for _, name in named if name[1] in rt.sqlite.kept_out(name[0])}
+        found = [f for f, name in named if name not in held]
+        rt.sqlite.let_go(held)
+        for agent, path, key, kind in found:
             unit = await asyncio.to_thread(rt.archives.read, agent, path, key, kind)
             if unit is None:
                 continue

@@ -42,6 +42,10 @@ from veritas_watch.sources.sqlite import (
 
 log = structlog.get_logger()
 
+# Seconds a deleted excluded session stays kept out with no archive of it seen: OpenClaw writes the deletion
+# archive from the rows, deletes them, then renames the archive into place (a worker's publish step).
+DELETION_ARCHIVE_GRACE = 60.0
+
 @dataclass
 class SqliteUnit:
     """What to commit for one session batch once its chunks are stored."""
@@ -92,9 +96,11 @@ class SqliteFeed:
         self._shared: dict[str, TranscriptDb] = {}
         # db -> session -> reason logged: the sessions its last poll found excluded, so it holds no more than that
         self._excluded_told: dict[str, dict[str, str]] = {}
-        # agent -> sessions seen excluded and not admitted since: kept after the session is deleted (its window
-        # gone, its metadata with it), so its deletion archive is not read while this process remembers it
-        self._kept_out: dict[str, dict[str, str]] = {}  # agent -> session -> reason
+        # db -> sessions seen excluded and not admitted since: kept after the session is deleted (its window
+        # gone, its metadata with it), so its deletion archive is not read while this process remembers it;
+        # a deleted one is let go once no archive of it is left (`let_go`)
+        self._kept_out: dict[str, dict[str, str]] = {}  # db -> session -> reason
+        self._gone: dict[str, dict[str, float]] = {}  # db -> kept-out session -> when its poll first missed it
 
     def poll(self, source: TranscriptDb, max_bytes: int = DEFAULT_MAX_BYTES, *, policy: AdmissionPolicy | None = None,
              forgotten: AbstractSet[str] = frozenset()) -> SqlitePoll | None:
@@ -135,11 +141,17 @@ class SqliteFeed:
         health.other_agents = result.other_agents
         health.excluded = result.excluded
         present = {s.session_id for s in result.sessions}
-        kept, now = self._kept_out.setdefault(agent_id, {}), policy or AdmissionPolicy()
+        kept, now = self._kept_out.setdefault(db, {}), policy or AdmissionPolicy()
+        gone = self._gone.setdefault(db, {})
         for sid, reason in list(kept.items()):  # admitted now: present and not excluded, or the rule went
             if (sid in present and sid not in result.excluded) or not still_excluded(reason, now):
                 del kept[sid]
+                gone.pop(sid, None)
+            elif sid not in present:
+                gone.setdefault(sid, time.monotonic())
         kept.update(result.excluded)
+        for sid in result.excluded:
+            gone.pop(sid, None)
         told = self._excluded_told.get(db, {})
         for sid, reason in sorted(result.excluded.items()):
             if told.get(sid) != reason:  # once while the session stays excluded for that reason, not every sweep
@@ -233,7 +245,21 @@ class SqliteFeed:
 
     def kept_out(self, agent_id: str) -> frozenset[str]:
         """The agent's sessions the admission policy excludes, deleted ones included (as far as this process saw)."""
-        return frozenset(self._kept_out.get(agent_id, {}))
+        return frozenset(sid for db, kept in self._kept_out.items() if self._dbs[db].agent_id == agent_id
+                         for sid in kept)
+
+    def let_go(self, archived: AbstractSet[tuple[str, str]], now: float | None = None) -> None:
+        """Once a sweep, with the (agent, session) of the kept-out archives it found: a deleted excluded session
+        is remembered while an archive of it is on disk (it stays unread), and let go once none is left, so
+        what is remembered does not grow with every excluded session ever deleted. OpenClaw publishes the
+        archive after the rows are gone, so a session missed for less than DELETION_ARCHIVE_GRACE is kept."""
+        now = time.monotonic() if now is None else now
+        for db, gone in self._gone.items():
+            agent_id = self._dbs[db].agent_id
+            for sid, since in list(gone.items()):
+                if now - since >= DELETION_ARCHIVE_GRACE and (agent_id, sid) not in archived:
+                    del gone[sid]
+                    self._kept_out[db].pop(sid, None)
 
     def forgotten(self, agent_id: str) -> frozenset[str]:
         """The sessions forgotten in this agent's database, as its last poll saw them."""
