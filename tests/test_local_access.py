@@ -403,29 +403,10 @@ def test_the_token_goes_on_the_connection_that_proved_it_not_a_new_one(tmp_path:
     assert f"Authorization: Bearer {token}".encode() in handover.requests[0]
 
 
-def test_a_weak_http_token_is_never_sent_not_even_its_key_id(tmp_path: Path) -> None:
-    """A token shorter than 32 characters: the CLI, reaching the daemon over TCP only, refuses to use it and
-    sends nothing at all (its key id would let a squatter guess it offline)."""
-    squatter = Squatter()
-    data = tmp_path / "data"
-    data.mkdir(mode=0o700)
-    config = tmp_path / "config.toml"
-    config.write_text('[http]\ntoken = "short-token-1234"\n')
-    (data / "daemon.json").write_text(json.dumps({"pid": os.getpid(), "host": "127.0.0.1", "port": squatter.port}))
-    env = {**os.environ, "VERITAS_WATCH_DATA_DIR": str(data), "VERITAS_WATCH_CONFIG": str(config)}
-    try:
-        out = subprocess.run([sys.executable, "-m", "veritas_watch.cli", "status"], env=env, capture_output=True,
-                             text=True, timeout=120)
-    finally:
-        squatter.close()
-    assert out.returncode == 1, (out.stdout, out.stderr)
-    assert "http.token is too weak to be sent there (at least 32 characters" in out.stderr, out.stderr
-    assert squatter.seen == []
-
-
-def test_doctor_prints_its_whole_report_for_a_tcp_only_daemon_and_a_weak_token(tmp_path: Path) -> None:
-    """The same daemon for `doctor`: every check is still reported (not one error line instead), the weak token
-    in `tokens`, the daemon it cannot reach in `daemon`, and still nothing is sent to the port."""
+def _cli_with_a_weak_token_to_a_tcp_only_daemon(tmp_path: Path,
+                                                *args: str) -> tuple[Squatter, subprocess.CompletedProcess[str]]:
+    """`veritas-watch <args>` where daemon.json names only a TCP port (a squatter's, recording what it is sent)
+    and the config's http.token is weak."""
     squatter = Squatter()
     data = tmp_path / "data"
     data.mkdir(mode=0o700)
@@ -436,10 +417,25 @@ def test_doctor_prints_its_whole_report_for_a_tcp_only_daemon_and_a_weak_token(t
     env.update(VERITAS_WATCH_DATA_DIR=str(data), VERITAS_WATCH_CONFIG=str(config),
                OPENCLAW_STATE_DIR=str(tmp_path / "state"))
     try:
-        out = subprocess.run([sys.executable, "-m", "veritas_watch.cli", "doctor", "--json"], env=env,
-                             capture_output=True, text=True, timeout=300)
+        return squatter, subprocess.run([sys.executable, "-m", "veritas_watch.cli", *args], env=env,
+                                        capture_output=True, text=True, timeout=300)
     finally:
         squatter.close()
+
+
+def test_a_weak_http_token_is_never_sent_not_even_its_key_id(tmp_path: Path) -> None:
+    """A token shorter than 32 characters: the CLI, reaching the daemon over TCP only, refuses to use it and
+    sends nothing at all (its key id would let a squatter guess it offline)."""
+    squatter, out = _cli_with_a_weak_token_to_a_tcp_only_daemon(tmp_path, "status")
+    assert out.returncode == 1, (out.stdout, out.stderr)
+    assert "http.token is too weak to be sent there (at least 32 characters" in out.stderr, out.stderr
+    assert squatter.seen == []
+
+
+def test_doctor_prints_its_whole_report_for_a_tcp_only_daemon_and_a_weak_token(tmp_path: Path) -> None:
+    """The same daemon for `doctor`: every check is still reported (not one error line instead), the weak token
+    in `tokens`, the daemon it cannot reach in `daemon`, and still nothing is sent to the port."""
+    squatter, out = _cli_with_a_weak_token_to_a_tcp_only_daemon(tmp_path, "doctor", "--json")
     assert out.stdout.startswith("["), (out.stdout, out.stderr)
     checks = {c["name"]: c for c in json.loads(out.stdout)}
     assert {"config", "tokens", "state_dir", "data_dir", "model", "daemon", "store"} <= set(checks), checks
