@@ -408,6 +408,20 @@ def test_a_store_shared_in_an_agents_own_sessions_directory_gives_each_transcrip
     tailer.sweep([*stores.dirs(agents), *agents])  # as the daemon does
     owner = {Path(t.read.path).name.split(".")[0]: t.committed.agent_id for t in tailer.files.values()}
     assert owner == {main_sid: "main", ops_sid: "ops", older: "main"}
+    # Restarted after ops' `/new`: its transcript archived in place, its key on a new session. No key names the
+    # archive now, but its cursor says whose it is: main's listing leaves it (read again as main's, it was a leak).
+    (here / f"{ops_sid}.jsonl").rename(here / f"{ops_sid}.jsonl.reset.2026-07-02T09-00-00.000Z")
+    new_sid = "5e5e0000-0000-4000-8000-000000000004"
+    sessions_json(here / "sessions.json", {"agent:main:main": main_sid, "agent:ops:main": new_sid})
+    jsonl_transcript(here, new_sid, "ops: a new conversation.")
+    saved = {key: t.committed for key, t in tailer.files.items()}
+    stores = JsonlSessionStores(state, {"OPENCLAW_STATE_DIR": str(state), "HOME": str(tmp_path)})
+    restarted = JsonlTailer(state, saved, max_line_bytes=1 << 20, read_chunk_bytes=1 << 16)
+    for _ in range(2):  # and not at the next sweep either (its cursor is kept, not dropped as an orphan)
+        restarted.sweep([*stores.dirs(agents), *agents])
+    owner = {Path(t.read.path).name.split(".")[0]: t.committed.agent_id for t in restarted.files.values()}
+    assert owner.get(ops_sid) != "main", "ops' archived transcript taken by main"
+    assert owner == {main_sid: "main", new_sid: "ops", older: "main"}
 
 
 def test_a_registry_that_cannot_be_read_for_a_moment_keeps_the_databases_last_read(tmp_path: Path) -> None:

@@ -154,6 +154,7 @@ class JsonlTailer:
         """Stat every transcript; the source of truth, whatever inotify said or missed."""
         result = SweepResult()
         seen: set[str] = set()
+        others: set[str] = set()  # files listed that are another agent's in the same directory: not orphans
         listed_dirs: set[str] = set()
         root = self._state_root()
         now = time.monotonic()
@@ -168,6 +169,9 @@ class JsonlTailer:
                 key = f"{st.st_dev}:{st.st_ino}"
                 if key in seen:
                     continue  # a hard link or an inside symlink to a transcript listed already
+                if self._another_agents_here(key, path, agent.agent_id):
+                    others.add(key)
+                    continue
                 seen.add(key)
                 try:
                     self._sweep_file(key, path, agent.agent_id, kind, st, now, result)
@@ -175,7 +179,7 @@ class JsonlTailer:
                     self.problems.report(path, "transcript_unreadable", f"{type(exc).__name__}: {exc.strerror or exc}",
                                          agent.agent_id)
         self._missing(seen, result)
-        self._forget_orphans(listed_dirs, result)
+        self._forget_orphans(listed_dirs, others, result)
         self._close_idle()
         return result
 
@@ -221,6 +225,15 @@ class JsonlTailer:
                 return
             result.changed.append(tracked)
 
+    def _another_agents_here(self, key: str, path: Path, agent_id: str) -> bool:
+        """Whether the file is another agent's in this same directory (tracked, or its cursor saved, so): a directory
+        several agents share (a JSONL-era `session.store`) is listed once per agent, and a transcript no key names
+        any more (archived in place, its key moved on) stays whose it was. Moved from another directory, it is the
+        new one's (`_sweep_file`)."""
+        tracked = self.files.get(key)
+        cursor = tracked.committed if tracked is not None else self._saved.get(key)
+        return cursor is not None and cursor.agent_id != agent_id and Path(cursor.path).parent == path.parent
+
     def _missing(self, seen: set[str], result: SweepResult) -> None:
         """Files tracked but not listed: drain what their handle still holds, then drop them."""
         for key, tracked in list(self.files.items()):
@@ -249,10 +262,11 @@ class JsonlTailer:
                 self._drop(key, tracked)
                 result.dropped.append(key)
 
-    def _forget_orphans(self, listed_dirs: set[str], result: SweepResult) -> None:
-        """Saved cursors of files no longer in a directory we listed: stale, delete them."""
+    def _forget_orphans(self, listed_dirs: set[str], others: set[str], result: SweepResult) -> None:
+        """Saved cursors of files no longer in a directory we listed: stale, delete them (not those of files listed
+        as another agent's, `others`: there, and still whose they were)."""
         for key, cursor in list(self._saved.items()):
-            if str(Path(cursor.path).parent) in listed_dirs:
+            if key not in others and str(Path(cursor.path).parent) in listed_dirs:
                 del self._saved[key]
                 result.dropped.append(key)
                 log.info("cursor_orphaned", path=cursor.path, offset=cursor.offset)
