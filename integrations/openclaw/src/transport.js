@@ -27,7 +27,8 @@ export const MIN_TOKEN_DISTINCT = 8;
 export const WEAK_TOKEN_RULE = `at least ${MIN_TOKEN_CHARS} characters, ${MIN_TOKEN_DISTINCT} of them different`;
 
 export function weakToken(token) {
-  return token.length < MIN_TOKEN_CHARS || new Set(token).size < MIN_TOKEN_DISTINCT;
+  const chars = [...token]; // characters (code points), as Python's len() counts them: not UTF-16 units
+  return chars.length < MIN_TOKEN_CHARS || new Set(chars).size < MIN_TOKEN_DISTINCT;
 }
 const SYSTEM_DATA_DIR = "/var/lib/veritas-watch";
 

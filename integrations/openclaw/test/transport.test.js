@@ -150,6 +150,9 @@ test("a weak token is never named to a server (not even its key id) and is said 
     assert.deepEqual(daemon.seen, []);
     // long but repetitive is weak too
     assert.equal(resolveConfig({ token: "ab".repeat(20) }).problems.length, 1);
+    // counted in characters, as the daemon counts (16 here, each two UTF-16 units)
+    const keys = "\u{1F511}\u{1F5DD}\u{1F510}\u{1F512}\u{1F513}\u{1F6E1}\u{1FAAA}\u{1F9FE}";
+    assert.equal(resolveConfig({ token: keys.repeat(2) }).problems.length, 1);
     assert.equal(resolveConfig({ token: TOKEN }).problems.length, 0);
   } finally {
     await daemon.close();
