@@ -440,3 +440,17 @@ def test_a_registry_that_cannot_be_read_for_a_moment_keeps_the_databases_last_re
     assert registry.databases() == [("ops", ops)] and registry.reads == reads + 1, "a failed read was trusted"
     path.write_bytes(good)
     assert registry.databases() == [("ops", ops)]
+
+
+def test_a_sessions_json_nested_past_the_parsers_depth_stops_no_sweep(tmp_path: Path) -> None:
+    """A RecursionError, not a ValueError: read as unreadable (the last read kept), as openclaw.json is."""
+    state, shared = tmp_path / "state", tmp_path / "shared"
+    for agent in ("main", "ops"):
+        (state / "agents" / agent / "agent").mkdir(parents=True)
+    (state / "openclaw.json").write_text(json.dumps({"session": {"store": str(shared / "sessions.json")}}))
+    sessions_json(shared / "sessions.json", {"agent:ops:main": "5e5e0000-0000-4000-8000-000000000002"})
+    stores = JsonlSessionStores(state, {"OPENCLAW_STATE_DIR": str(state), "HOME": str(tmp_path)})
+    agents = list(iter_agents(state))
+    first = stores.dirs(agents)
+    (shared / "sessions.json").write_text("[" * 200_000)
+    assert stores.dirs(agents) == first

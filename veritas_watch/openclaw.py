@@ -1175,7 +1175,7 @@ class JsonlSessionStores:
             data = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             data = {}
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):  # RecursionError: nested past the parser's depth
             return kept[1] if kept is not None else {}
         found: dict[str, str] = {}
         for key, entry in data.items() if isinstance(data, dict) else ():
