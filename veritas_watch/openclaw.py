@@ -1296,7 +1296,7 @@ class Registry:
         self._path = state_dir / REGISTRY_DB
         self._stamp: Stamp | None = None
         self._found: list[tuple[str, Path]] = []
-        self.reads = 0  # times the registry was opened and queried (status of the cache, and its test)
+        self.reads = 0  # times the registry was opened and queried (what the tests of the cache count)
 
     def databases(self) -> list[tuple[str, Path]]:
         """`registered_databases(state_dir)`, from the last read while the registry's files are unchanged."""
