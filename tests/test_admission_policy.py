@@ -5,6 +5,7 @@ SQLite reader leaving excluded sessions unread (not consumed: the rule removed, 
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -416,3 +417,24 @@ def test_an_index_that_cannot_be_rewritten_never_stalls_the_store(tmp_path: Path
         erase_session(config, "ops", frozenset({"s1"}))(NoPoints())  # type: ignore[arg-type]
     assert [e["event"] for e in logs] == ["session_erase_failed"]
     assert "abcd1234" in elsewhere.read_text()
+
+
+def test_a_rule_in_a_file_openclaw_json_includes_is_read_again_when_that_file_changes(tmp_path: Path) -> None:
+    """The stamp covers every file the last read used (openclaw.json, its `$include`s, the global .env files), not
+    openclaw.json alone: a rule removed (or added) in an included file was never seen while openclaw.json stayed."""
+    home = tmp_path / "home"
+    state = home / ".openclaw"
+    state.mkdir(parents=True)
+    (state / "openclaw.json").write_text(json.dumps({"plugins": {"$include": "./plugins.json5"}}), encoding="utf-8")
+    included = state / "plugins.json5"
+    included.write_text(json.dumps({"entries": {"memory-core": {"config": {
+        "memoryPolicy": {"excludeSessions": {"chatTypes": ["group"]}}}}}}), encoding="utf-8")
+    hour_ago = time.time() - 3600  # stamps that old are trusted (newer ones are read again anyway)
+    for path in (state / "openclaw.json", included):
+        os.utime(path, (hour_ago, hour_ago))
+    reader = PolicyReader(state, AdmissionPolicy(), environ={"HOME": str(home)})
+    for _ in range(3):
+        assert reader.current().chat_types == {"group"}
+    included.write_text(json.dumps({"entries": {}}), encoding="utf-8")  # the rule removed where it was written
+    os.utime(included, (hour_ago + 60, hour_ago + 60))
+    assert reader.current() == AdmissionPolicy()

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import structlog
 
-from veritas_watch.openclaw import UNREADABLE, ConfigWatch, load_openclaw_config
+from veritas_watch.openclaw import UNREADABLE, ConfigWatch
 
 log = structlog.get_logger()
 
@@ -125,15 +125,12 @@ def openclaw_policy(config: Mapping[str, object]) -> AdmissionPolicy:
 class PolicyReader:
     """openclaw.json's policy OR veritas-watch's own, read again only when the config file changed (a sweep
     runs every few seconds; parsing JSON5 each time would be idle work). A rule added or removed in
-    openclaw.json applies from the next sweep. Only openclaw.json's stat is watched: a change in an `$include`d
-    file alone is seen at the next change of openclaw.json (or a restart).
+    openclaw.json, a file it `$include`s or a global .env file applies from the next sweep (`ConfigWatch`).
     A file that cannot be parsed (caught half-written, a typo) keeps the last policy read: dropping it would
     read, for good, what the person keeps out. No file at all is no policy."""
 
     def __init__(self, state_dir: Path, own: AdmissionPolicy, environ: Mapping[str, str] | None = None) -> None:
-        self._state_dir = state_dir
         self._own = own
-        self._environ = environ
         self._seen: object = None
         self._policy = own
         self._told: object = None  # the unreadable version already logged
@@ -144,7 +141,7 @@ class PolicyReader:
         stamp = self._config.stamp()
         if stamp != self._seen:
             issues: list[str] = []
-            config = load_openclaw_config(self._state_dir, self._environ, issues=issues)
+            config = self._config.read(issues).config
             unreadable = [i for i in issues if UNREADABLE in i]
             if unreadable:
                 if self._told != stamp:

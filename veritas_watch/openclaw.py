@@ -647,6 +647,7 @@ class _Includes:
         config_dir = os.path.normpath(os.path.abspath(config_path.parent))
         self.roots = [(config_dir, os.path.realpath(config_dir))]
         self.roots += [(os.path.normpath(r), os.path.realpath(r)) for r in roots]
+        self.looked_at: list[str] = []  # the files an include named, read or not (`_ReadConfig.files`)
 
     def process(self, value: Any, base: str, visited: frozenset[str], depth: int) -> Any:
         if isinstance(value, list):
@@ -687,6 +688,7 @@ class _Includes:
             raise _IncludeError(f"circular include: {include}")
         if depth >= _MAX_INCLUDE_DEPTH:
             raise _IncludeError(f"include depth over {_MAX_INCLUDE_DEPTH}: {include}")
+        self.looked_at.append(real)
         try:
             stat = os.stat(real)
             if not os.path.isfile(real) or stat.st_size > _MAX_INCLUDE_BYTES or stat.st_nlink > 1:
@@ -795,7 +797,7 @@ def _read_dotenv(path: Path) -> dict[str, str]:
     return pairs
 
 
-def _load_global_dotenv(env: dict[str, str], home: Path) -> None:
+def _load_global_dotenv(env: dict[str, str], home: Path) -> list[Path]:
     """`loadGlobalRuntimeDotEnvFiles`: `<config dir>/.env`, then `~/.config/openclaw/gateway.env`.
 
     The config dir is `resolveConfigDir`: `$OPENCLAW_STATE_DIR`, else the dir of
@@ -819,6 +821,7 @@ def _load_global_dotenv(env: dict[str, str], home: Path) -> None:
         for key, value in _read_dotenv(file).items():
             if key not in present and key not in env:
                 env[key] = value
+    return files  # the files looked at (a `ConfigWatch` stamps them: one created later changes the environment)
 
 
 def _state_dir_from_home(home: Path) -> Path:
@@ -859,18 +862,25 @@ def _include_roots(env: Mapping[str, str], home: Path) -> list[str]:
 class _ReadConfig:
     config: dict[str, object]
     env: dict[str, str]
+    files: tuple[str, ...] = ()  # every file the read looked at: openclaw.json, its includes, the .env files
 
 
-def _openclaw_env(state_dir: Path, environ: Mapping[str, str]) -> tuple[dict[str, str], Path]:
-    """The environment OpenClaw reads its config with (`environ`, OPENCLAW_STATE_DIR when it must have been
-    told, the global `.env` files) and its home dir."""
+def _openclaw_env_files(state_dir: Path, environ: Mapping[str, str]) -> tuple[dict[str, str], Path, list[Path]]:
+    """`_openclaw_env`, and the .env files it looked at."""
     env = dict(environ)
     home = openclaw_home(env)
     if not _trim(env.get(_STATE_DIR_VAR)) and os.path.abspath(state_dir) != os.path.abspath(
             _state_dir_from_home(home)):
         env[_STATE_DIR_VAR] = str(state_dir)
-    _load_global_dotenv(env, home)
-    return env, openclaw_home(env)
+    files = _load_global_dotenv(env, home)
+    return env, openclaw_home(env), files
+
+
+def _openclaw_env(state_dir: Path, environ: Mapping[str, str]) -> tuple[dict[str, str], Path]:
+    """The environment OpenClaw reads its config with (`environ`, OPENCLAW_STATE_DIR when it must have been
+    told, the global `.env` files) and its home dir."""
+    env, home, _ = _openclaw_env_files(state_dir, environ)
+    return env, home
 
 
 def config_file(state_dir: Path, environ: Mapping[str, str] | None = None) -> Path:
@@ -891,7 +901,7 @@ def _read_openclaw(state_dir: Path, environ: Mapping[str, str], issues: list[str
     `$include` contributes nothing; each such problem is appended to `issues`.
     """
     state_dir = Path(state_dir)
-    env, home = _openclaw_env(state_dir, environ)
+    env, home, dotenv = _openclaw_env_files(state_dir, environ)
     path = _config_path(state_dir, env, home)
     notes: list[str] = [] if issues is None else issues
     try:
@@ -921,7 +931,8 @@ def _read_openclaw(state_dir: Path, environ: Mapping[str, str], issues: list[str
     missing: list[str] = []
     config = _substitute_all(resolved, env, missing)
     notes.extend(f"{path}: ${{{name}}} is not set" for name in dict.fromkeys(missing))
-    return _ReadConfig(config if isinstance(config, dict) else {}, env)
+    return _ReadConfig(config if isinstance(config, dict) else {}, env,
+                       tuple(dict.fromkeys([str(path), *includes.looked_at, *map(str, dotenv)])))
 
 
 UNREADABLE = ": cannot read: "  # in an issue `_read_openclaw` notes: openclaw.json itself could not be read or parsed
@@ -1061,23 +1072,32 @@ def session_store_path(store: str, agent_id: str, env: Mapping[str, str], cwd: P
 
 
 class ConfigWatch:
-    """Whether openclaw.json may have changed: the file OpenClaw reads (`config_file`, found again only while it is
-    missing) and its `file_stamp`."""
+    """Whether OpenClaw's config may have changed: the file OpenClaw reads (`config_file`, found again only while it
+    is missing) and every file the last `read` looked at (its `$include`s, the global .env files), by `file_stamp`.
+    The first read learns those files: the stamp taken before it lacks them, so the next one differs (read once
+    more)."""
 
     def __init__(self, state_dir: Path, environ: Mapping[str, str] | None = None) -> None:
         self._state_dir = state_dir
         self._environ = environ
         self.path: Path | None = None
+        self._files: tuple[str, ...] = ()
 
-    def stamp(self) -> tuple[str, Stamp]:
+    def stamp(self) -> tuple[str, tuple[str, ...], Stamp]:
         if self.path is None or not self.path.exists():
             self.path = config_file(self._state_dir, self._environ)
-        return str(self.path), file_stamp(self.path)
+        return str(self.path), self._files, file_stamp(self.path, *map(Path, self._files))
+
+    def read(self, issues: list[str] | None = None) -> _ReadConfig:
+        """openclaw.json as `_read_openclaw` reads it; the files it looked at are stamped from now on."""
+        read = _read_openclaw(self._state_dir, os.environ if self._environ is None else self._environ, issues)
+        self._files = read.files
+        return read
 
     @staticmethod
-    def kept(stamp: tuple[str, Stamp]) -> tuple[str, Stamp] | None:
+    def kept(stamp: tuple[str, tuple[str, ...], Stamp]) -> tuple[str, tuple[str, ...], Stamp] | None:
         """`stamp` to compare the next one with, or None (read again next time) while it is too recent (`settled`)."""
-        return stamp if settled(stamp[1]) else None
+        return stamp if settled(stamp[2]) else None
 
 
 class JsonlSessionStores:
@@ -1091,11 +1111,11 @@ class JsonlSessionStores:
     `sessions.json` lists its session under a key naming that agent (`agent:<id>:...`, `session_key_agent`), or
     when this process saw it so before (a reset or deletion renames it in place and its key moves on). A transcript
     no key names, as far as this process saw, could be any agent's: it is not read (`AgentDirs.sessions_of`).
-    openclaw.json and each sessions.json are parsed again only when their stat changed."""
+    openclaw.json (with the files it includes) and each sessions.json are parsed again only when their stat
+    changed."""
 
     def __init__(self, state_dir: Path, environ: Mapping[str, str] | None = None) -> None:
         self.state_dir = state_dir
-        self._environ = environ
         self._config = ConfigWatch(state_dir, environ)
         self._config_seen: object = None
         self._store: str | None = None
@@ -1110,7 +1130,7 @@ class JsonlSessionStores:
         stamp = self._config.stamp()
         if stamp != self._config_seen:
             issues: list[str] = []
-            read = _read_openclaw(self.state_dir, os.environ if self._environ is None else self._environ, issues)
+            read = self._config.read(issues)
             if any(UNREADABLE in issue for issue in issues):
                 return self._store  # read again at the next sweep
             session = read.config.get("session")
