@@ -10,7 +10,10 @@ import sqlite3
 from pathlib import Path
 
 from tests.daemon_harness import DaemonProcess, Ledger, append, assert_store_matches, file_key
+from tests.sqlite_fixture import OpenClawWriter, create_database, message_event
 from veritas_watch.model import SESSION_STATE_VERSION, ConversationEnd, RawRecord, SessionState, SourceRef
+from veritas_watch.openclaw import TranscriptDb
+from veritas_watch.pipeline import transform_records
 from veritas_watch.sources.cursors import CursorStore, FileCursor, SqliteCursor
 from veritas_watch.sources.sqlite import SessionBatch, SessionCursor
 from veritas_watch.sources.sqlite_feed import SqliteFeed, lost_conversation
@@ -220,3 +223,64 @@ def test_the_reset_a_conversation_began_at_is_kept_by_id_for_a_restore_to_check(
     older = json.loads(kept.to_json())
     del older["conversation_start_id"]  # the format before it: the reset's id unknown, counted as removed
     assert lost_conversation(SqliteCursor.from_json(json.dumps(older)), frozenset({"r7"}))
+
+
+def drain(feed: SqliteFeed, source: TranscriptDb) -> list[ConversationEnd]:
+    """What the daemon does with one database, the store left out: poll until read, transform, commit each
+    batch's unit, then hand on the ends due."""
+    while (poll := feed.poll(source)) is not None:
+        for batch in poll.batches:
+            state = feed.session_state(poll.key, batch)
+            out = transform_records(batch.records, state, fallback_session=batch.point_session_id,
+                                    redact_key=b"k" * 32, max_line_bytes=1 << 20, chunk_chars=2000, chunk_overlap=0)
+            feed.commit([feed.unit_for(poll.key, batch, state, out.ends)])
+        if not poll.has_more:
+            break
+    return feed.ended_sessions(source.key)
+
+
+def test_a_cursor_written_before_reset_ids_learns_its_id_at_the_first_poll_so_a_restore_is_judged_by_it(
+        tmp_path: Path) -> None:
+    """A cursor of the previous format knows the seq of the reset its conversation began at, not its id: a restore
+    would count that conversation removed even where the backup holds the reset (a spurious `restored` end). The
+    upgraded daemon's first poll reads the id while the rows are still the ones the cursor read, and keeps it; a
+    session restored before that first poll stays unknown (counted removed, as before)."""
+    path = tmp_path / "state" / "agents" / "main" / "agent" / "openclaw-agent.sqlite"
+    path.parent.mkdir(parents=True)
+    create_database(path, "v23")
+    source = TranscriptDb(path, "main")
+    cursors = tmp_path / "cursors.sqlite"
+    with OpenClawWriter(path) as writer:
+        seqs = {}
+        for name in ("kept", "early"):
+            sid = writer.create_session(f"agent:main:{name}")
+            writer.append(sid, message_event("Book the venue.", event_id=f"{name}-u1"))
+            (reset,) = writer.append(sid, {"type": "reset", "id": f"{name}-r", "reason": "new"})
+            writer.append(sid, message_event("Order the banners.", event_id=f"{name}-u2"),
+                          message_event("Banners ordered.", "assistant", event_id=f"{name}-a2"))
+            seqs[name] = (sid, reset)
+        first = SqliteFeed(CursorStore(cursors))
+        assert [e.reason for e in drain(first, source)] == ["new", "new"]
+        first.close()
+        # the cursors as the previous version wrote them: no reset id
+        db = sqlite3.connect(cursors)
+        with db:
+            for sid, state in db.execute("SELECT session_id, state FROM db_cursors").fetchall():
+                older = json.loads(state)
+                assert older.pop("conversation_start_id") == ("kept-r" if sid == seqs["kept"][0] else "early-r")
+                db.execute("UPDATE db_cursors SET state = ? WHERE session_id = ?", (json.dumps(older), sid))
+        db.close()
+        # "early" is restored (to before its reset) while no version that keeps ids has read it
+        early, early_reset = seqs["early"]
+        writer.rewrite_suffix(early, early_reset, [], rotate_generation=False)
+
+        upgraded = SqliteFeed(CursorStore(cursors))
+        ended = drain(upgraded, source)
+        assert [(e.reason, e.transcript) for e in ended] == [("restored", f"{path}#{early}")], ended
+        kept, kept_reset = seqs["kept"]
+        assert CursorStore(cursors).load_sqlite(source.key)[kept].conversation_start_id == "kept-r"  # durably
+        # a backup that holds the reset (not the last answer): the conversation goes on there, no end
+        writer.rewrite_suffix(kept, kept_reset + 2, [], rotate_generation=False)
+        assert drain(upgraded, source) == []
+        assert upgraded.states[source.key][kept].conversation_start_id == "kept-r"
+        upgraded.close()

@@ -262,6 +262,44 @@ def test_a_restore_found_at_start_up_tells_the_lost_reset_from_a_new_one_at_its_
             assert [str(g["session_end"])[:19] for g in gap_events(daemon)] \
                 == ["2026-11-30T08:00:00", "2026-11-30T09:00:05"], gap_events(daemon)
 
+@pytest.mark.parametrize("backup", ["after_the_move", "before_the_move"])
+def test_a_restore_after_the_key_moved_on_hands_no_conversation_on_again(tmp_path: Path, backup: str) -> None:
+    """The key moved on to another window: the session's last conversation was handed on (`moved_on`). A backup
+    restored later that no longer holds that conversation's beginning must not end it again (`restored`), nor, its
+    window still ended, end the conversation the restored rows hold last (closed by the `/new` handed on before).
+    A restart forgets which ends were told, so each would be a second `conversation_ended` line. A backup from
+    before the move puts the key back on the session: what is said there ends when the key moves on again."""
+    state, data, db, env = setup(tmp_path)
+    state_md(state, STALE)
+    key = f"agent:{AGENT}:main"
+    with OpenClawWriter(db) as writer:
+        with running_daemon(state, data, extra_env=env) as daemon:
+            sid, reset_seq = new_then_two_turns(writer, key, "m")
+            wait_for(lambda: gap_events(daemon), what="the /new")
+            writer.reset(key)  # a new window: the key moves on
+            wait_for(lambda: len(daemon.events("conversation_ended")) == 2, what="the key moving on")
+            daemon.wait_idle()
+        restore_to(writer, sid, reset_seq)
+        if backup == "before_the_move":
+            with writer.transaction() as conn:
+                conn.execute("UPDATE session_nodes SET current_session_id = ? WHERE session_key = ?", (sid, key))
+        with running_daemon(state, data, extra_env=env) as daemon:  # the log file is shared by both runs
+            wait_for(lambda: daemon.events("restored_points_kept"), what="the restore")
+            daemon.wait_idle()
+            told = [("new", "2026-11-30T08:00:00.000Z"), ("moved_on", "2026-11-30T09:00:05.000Z")]
+            ends = [(e["reason"], e["ended_at"]) for e in daemon.events("conversation_ended") if e["session"] == sid]
+            assert ends == told, ends
+            assert len(gap_events(daemon)) == 2
+            if backup == "before_the_move":
+                writer.append(sid, msg("Hang the banners.", event_id="m4", ts="2026-11-30T10:00:00Z"))
+                writer.reset(key)
+                wait_for(lambda: len(gap_events(daemon)) == 3, what="the key moving on again")
+                daemon.wait_idle()
+                ends = [(e["reason"], e["ended_at"]) for e in daemon.events("conversation_ended")
+                        if e["session"] == sid]
+                assert ends == [*told, ("moved_on", "2026-11-30T10:00:00.000Z")], ends
+
+
 @pytest.mark.parametrize("reason", ["new", "reset", "idle", "daily"])
 def test_the_transform_ends_a_conversation_at_each_reset_reason(reason: str) -> None:
     def record(seq: int, event: dict[str, object]) -> RawRecord:

@@ -214,6 +214,9 @@ class SqlitePoll:
     # Sessions the admission policy keeps out (session id -> reason, `admission.exclusion_reason`): not read,
     # their cursors left where they were, so removing the rule reads them from there
     excluded: Mapping[str, str] = field(default_factory=dict)
+    # The event ids `poll(starts=...)` asked for (session id -> id of the row at the asked seq), read only where the
+    # session's consumed rows are still the ones its cursor read
+    start_ids: Mapping[str, str] = field(default_factory=dict)
 
 
 def event_entry_id(data: bytes) -> str:
@@ -402,6 +405,8 @@ class _Snapshot:
     other_agents: frozenset[str] = frozenset()  # agents whose sessions the database holds besides ours
     metadata: dict[str, SessionMetadata] = field(default_factory=dict)  # what admission matches on
     excluded: dict[str, str] = field(default_factory=dict)  # session id -> why the admission policy keeps it out
+    starts: Mapping[str, int] = field(default_factory=dict)  # what `poll(starts=...)` asked for
+    start_ids: dict[str, str] = field(default_factory=dict)  # what it found
 
     @property
     def cold(self) -> KeysView[str]:
@@ -498,21 +503,23 @@ class SqliteTranscriptReader:
 
     def poll(self, cursors: Mapping[str, SessionCursor], max_rows: int = DEFAULT_MAX_ROWS,
              max_bytes: int = DEFAULT_MAX_BYTES, *, policy: AdmissionPolicy | None = None,
-             forgotten: AbstractSet[str] = frozenset()) -> SqlitePoll:
+             forgotten: AbstractSet[str] = frozenset(), starts: Mapping[str, int] | None = None) -> SqlitePoll:
         """Read what is new since `cursors` (keyed by session id) in one short read transaction.
 
         Sessions `policy` excludes (by the metadata OpenClaw recorded) and those in `forgotten` (besides the ones
-        OpenClaw's tombstones name) are not read. Raises SqliteSourceError (never a raw sqlite3 error) when the
-        database cannot be read.
+        OpenClaw's tombstones name) are not read. `starts` (session id -> a seq its cursor consumed) asks for the
+        event id of those rows, answered in `SqlitePoll.start_ids` where the poll finds the session's consumed rows
+        unchanged (not where a restored backup or a rewrite changed them). Raises SqliteSourceError (never a raw
+        sqlite3 error) when the database cannot be read.
         """
         if max_rows < 1 or max_bytes < 1:
             raise ValueError("max_rows and max_bytes must be positive")
         asked = (policy or AdmissionPolicy(), frozenset(forgotten))
         with self._reading():
-            return self._poll(dict(cursors), _Budget(max_rows, max_bytes), asked)
+            return self._poll(dict(cursors), _Budget(max_rows, max_bytes), asked, starts or {})
 
     def _poll(self, cursors: dict[str, SessionCursor], budget: _Budget,
-              asked: tuple[AdmissionPolicy, frozenset[str]]) -> SqlitePoll:
+              asked: tuple[AdmissionPolicy, frozenset[str]], starts: Mapping[str, int]) -> SqlitePoll:
         conn = self._connection()
         data_version = int(conn.execute("PRAGMA data_version").fetchall()[0][0])
         settled = self._settled
@@ -523,6 +530,7 @@ class SqliteTranscriptReader:
         conn.execute("BEGIN")  # one snapshot for every statement below
         try:
             snap = self._snapshot(conn)
+            snap.starts = starts
             self._admit(snap, *asked)
             batches, more = self._read_sessions(conn, snap, cursors, budget)
         finally:
@@ -542,7 +550,7 @@ class SqliteTranscriptReader:
                                      snap.other_agents, asked, snap.excluded)
         return SqlitePoll(str(self.path), self.agent_id, snap.schema, sessions, tuple(batches), more,
                           forgotten=snap.forgotten, other_agents=snap.other_agents, key=self.key,
-                          excluded=snap.excluded)
+                          excluded=snap.excluded, start_ids=snap.start_ids)
 
     @staticmethod
     def _admit(snap: _Snapshot, policy: AdmissionPolicy, forgotten: frozenset[str]) -> None:
@@ -729,6 +737,9 @@ class SqliteTranscriptReader:
         if reason is not None:
             self._forget(sid)
             return self._batch(conn, snap, sid, _SEQ_MIN, 0, generation, budget, rewalk=reason)
+        asked = snap.starts.get(sid)
+        if asked is not None and asked < cursor.next_seq and (row := self._row_at(conn, snap.shape, sid, asked)):
+            snap.start_ids[sid] = row.key  # a row the cursor consumed, still the same (just checked)
         if stats[0] < cursor.next_seq:
             return None, False
         return self._batch(conn, snap, sid, cursor.next_seq, cursor.row_count, generation or cursor.generation,

@@ -120,8 +120,9 @@ class SqliteFeed:
         # A deleted session has nothing to read; one whose stored position did not decode is read again.
         cursors = {sid: state.position for sid, state in self.states[db].items()
                    if not state.vanished and state.position is not None}
+        starts = unknown_starts(self.states[db])
         try:
-            result = reader.poll(cursors, max_bytes=max_bytes, policy=policy, forgotten=forgotten)
+            result = reader.poll(cursors, max_bytes=max_bytes, policy=policy, forgotten=forgotten, starts=starts)
         except SqliteSourceError as exc:
             if health.error != exc.reason:
                 # A database never read yet and without tables is OpenClaw creating it: worth a note, not a warning.
@@ -161,6 +162,7 @@ class SqliteFeed:
             health.sessions = len(result.sessions)
             health.infos = {s.session_id: {"ended": s.ended, "last_seq": s.last_seq} for s in result.sessions}
         health.lag_rows = self._lag(db)
+        self._learn_starts(db, starts, result.start_ids)
         for error in (e for batch in result.batches for e in batch.errors):
             log.warning("line_invalid", file=str(path), session_id=error.session_id, seq=error.seq,
                         reason=error.reason)
@@ -170,6 +172,19 @@ class SqliteFeed:
                 log.info("shared_database_agent", db=str(path), agent=other, found_by=agent_id)
                 self._shared[found.key] = found
         return result
+
+    def _learn_starts(self, db: str, asked: Mapping[str, int], found: Mapping[str, str]) -> None:
+        """Keep the reset ids a poll read for cursors written before `conversation_start_id` (`unknown_starts`),
+        durably now: the poll read them where the session's rows are still the ones its cursor consumed, so a
+        restore from now on is judged by id. Each session's is read once (then known); one whose rows a restore
+        changed before this process first polled it stays unknown (`lost_conversation`)."""
+        states = self.states[db]
+        learned = {sid: dataclasses.replace(state, conversation_start_id=found[sid]) for sid, seq in asked.items()
+                   if sid in found and (state := states.get(sid)) is not None
+                   and state.conversation_start_id is None and state.session.conversation_start == seq}
+        if learned:
+            self._cursors.commit_sqlite(db, learned)
+            states.update(learned)
 
     def _lag(self, db: str) -> int:
         """Rows written but not yet committed, over all sessions of one database."""
@@ -295,15 +310,25 @@ class SqliteFeed:
             return SqliteUnit(db, batch.session_id, dataclasses.replace(previous, vanished=True, pending_ends=pending))
         # A rewalk reads the session again from its first row: its resets come again, and only the
         # ones past what was already handed on are new. After a restore the seqs past the restored rows
-        # are new events' (what was handed on again is the gap store's to drop: same session, same end).
+        # are new events': only the resets up to one the backup is known to hold were read before (a
+        # reset the restore removed leaves them unknown: what is handed on again is the gap store's to
+        # drop, same session, same end).
         restored = batch.rewalk_reason == "restored"
         handed = previous.ends_through_seq if previous is not None and not restored else None
-        if restored and previous is not None and lost_conversation(previous, batch.present_event_ids):
-            pending.append(open_end(previous, batch.session_id, "restored", self._path(db)))
+        if restored and previous is not None:
+            if lost_conversation(previous, batch.present_event_ids):
+                pending.append(open_end(previous, batch.session_id, "restored", self._path(db)))
+            elif start_held(previous, batch.present_event_ids):
+                handed = previous.session.conversation_start
         pending += [e for e in ends if e.seq is None or handed is None or e.seq > handed]
+        # A restore leaves a window whose end was handed on ended (the restored database has its key moved on
+        # too): the conversation it holds last was handed on, by that end or by the reset that closed it. One
+        # the restore made current again goes on, and its next move ends it.
+        reported = previous is not None and previous.ended_reported and (
+            not batch.rewalk or (restored and self._window_ended(db, batch.session_id)))
         return SqliteUnit(db, batch.session_id, SqliteCursor(
             batch.cursor, dataclasses.replace(state, session_id=batch.point_session_id),
-            ended_reported=previous is not None and previous.ended_reported and not batch.rewalk,
+            ended_reported=reported,
             ends_through_seq=handed, pending_ends=pending,
             conversation_start_id=conversation_start_id(batch, state, None if batch.rewalk else previous)))
 
@@ -354,6 +379,12 @@ class SqliteFeed:
             self._cursors.commit_sqlite(db, changed)
         return ends
 
+    def _window_ended(self, db: str, sid: str) -> bool:
+        """Whether the last poll of `db` found the session's key moved on to another window."""
+        health = self.health.get(db)
+        info = health.infos.get(sid) if health is not None else None
+        return bool(info and info["ended"])
+
     @staticmethod
     def _path(db: str) -> str:
         return str(TranscriptDb.from_key(db).path)
@@ -388,12 +419,28 @@ def lost_conversation(previous: SqliteCursor, present: AbstractSet[str] | None) 
     session holds): one that began at a reset the restored database no longer holds (OpenClaw can then write other
     events at its seqs) was said after the backup, is held nowhere but in memory, and nothing in OpenClaw will end
     it. One begun where the restored database still holds it goes on there and ends as any other; one with nothing
-    stored since its reset (it had ended) needs no end. A reset whose id is unknown (a cursor written before ids
-    were kept) counts as lost: the turns after the backup were lost in any case."""
-    start = previous.session.conversation_start
-    if not previous.session.conversation_entries or start is None:
+    stored since its reset (it had ended), or whose window's end was handed on (`ended_reported`: its key had moved
+    on), needs no end (again). A reset whose id is unknown (a cursor written before ids were kept, whose session
+    was restored before this version first read it: `SqliteFeed._learn_starts`) counts as lost: the turns after the
+    backup were lost in any case."""
+    if not previous.session.conversation_entries or previous.session.conversation_start is None:
         return False
-    return previous.conversation_start_id is None or previous.conversation_start_id not in (present or ())
+    return not previous.ended_reported and not start_held(previous, present)
+
+
+def start_held(previous: SqliteCursor, present: AbstractSet[str] | None) -> bool:
+    """Whether a restored session still holds (`present`: its event ids) the reset `previous`'s conversation began
+    at, known by its id: then it holds every row before it too (a backup is all the database was then)."""
+    start_id = previous.conversation_start_id
+    return previous.session.conversation_start is not None and start_id is not None and start_id in (present or ())
+
+
+def unknown_starts(states: Mapping[str, SqliteCursor]) -> dict[str, int]:
+    """The sessions whose current conversation began at a reset read by a cursor written before its event id was
+    kept (`conversation_start_id`): session id -> that reset's seq, for the reader to read its id."""
+    return {sid: start for sid, state in states.items()
+            if state.conversation_start_id is None and not state.vanished and state.position is not None
+            and (start := state.session.conversation_start) is not None}
 
 
 def conversation_start_id(batch: SessionBatch, state: SessionState, previous: SqliteCursor | None) -> str | None:
