@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import sqlite3
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from tests.daemon_harness import DaemonProcess, Ledger, append, assert_store_matches, file_key
@@ -284,3 +286,28 @@ def test_a_cursor_written_before_reset_ids_learns_its_id_at_the_first_poll_so_a_
         assert drain(upgraded, source) == []
         assert upgraded.states[source.key][kept].conversation_start_id == "kept-r"
         upgraded.close()
+
+
+def test_cursors_committed_from_several_threads_at_once_all_land(tmp_path: Path) -> None:
+    """The sink commits in its thread while a poll (a learned reset id, ends handed on) or the sweep commits in
+    another, on the one connection: a transaction begun inside another thread's failed."""
+    store = CursorStore(tmp_path / "cursors.sqlite")
+    errors: list[BaseException] = []
+
+    def commit(one: Callable[[int], None]) -> None:
+        try:
+            for i in range(1000):
+                one(i)
+        except BaseException as exc:  # any failure is the finding
+            errors.append(exc)
+
+    threads = [threading.Thread(target=commit, args=(lambda i: store.commit_files([FileCursor(f"1:{i}", "/p", "m")]),)),
+               threading.Thread(target=commit, args=(lambda i: store.commit_sqlite(DB, {f"s{i}": SqliteCursor(
+                   SessionCursor(f"s{i}", i), SessionState(None))}),))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert len(store.load_files()) == 1000 and len(store.load_sqlite(DB)) == 1000
+    store.close()

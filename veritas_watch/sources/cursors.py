@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sqlite3
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -226,6 +227,9 @@ def _pending(state: Mapping[str, object]) -> list[ConversationEnd]:
 class CursorStore:
     def __init__(self, path: Path) -> None:
         self.path = path
+        # One connection, committed to from several threads (the sink's commits, a poll's, the sweep's): a
+        # transaction begun while another thread's is open fails ("cannot start a transaction within a transaction").
+        self._lock = threading.Lock()
         make_dirs(path.parent)
         try:
             self._db = self._open(path)
@@ -312,18 +316,27 @@ class CursorStore:
                                  [(db, sid) for sid in removed])
 
     def _transaction(self) -> _Transaction:
-        return _Transaction(self._db)
+        return _Transaction(self._db, self._lock)
 
     def close(self) -> None:
         self._db.close()
 
 
 class _Transaction:
-    def __init__(self, db: sqlite3.Connection) -> None:
+    def __init__(self, db: sqlite3.Connection, lock: threading.Lock) -> None:
         self._db = db
+        self._lock = lock
 
     def __enter__(self) -> None:
-        self._db.execute("BEGIN IMMEDIATE")
+        self._lock.acquire()
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+        except BaseException:
+            self._lock.release()
+            raise
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        self._db.execute("ROLLBACK" if exc_type else "COMMIT")
+        try:
+            self._db.execute("ROLLBACK" if exc_type else "COMMIT")
+        finally:
+            self._lock.release()
