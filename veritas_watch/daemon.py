@@ -617,7 +617,8 @@ class Running:
         # a deleted session the admission policy excludes: unread while its exclusion is known (and no work: a
         # sweep finding only these is idle); the feed remembers such a session while an archive of it is left
         named = [(f, (f[0].agent_id, session_stem(f[1]))) for f in found]
-        held = {name for _, name in named if name[1] in rt.sqlite.kept_out(name[0])}
+        kept_out = {agent_id: rt.sqlite.kept_out(agent_id) for agent_id in {name[0] for _, name in named}}
+        held = {name for _, name in named if name[1] in kept_out[name[0]]}
         found = [f for f, name in named if name not in held]
         rt.sqlite.let_go(held)
         for agent, path, key, kind in found:
